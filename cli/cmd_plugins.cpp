@@ -1,0 +1,67 @@
+// `wt plugins`: every plugin on the search path, loaded and checked, no engine created.
+#include "commands.hpp"
+
+#include <wt/registry.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace wt::cli {
+namespace {
+
+std::string caps_text(uint64_t caps) {
+  std::vector<std::string> out;
+  if (caps & WT_CAP_TRAINER) out.push_back("trainer");
+  if (caps & WT_CAP_WORKER) out.push_back("worker");
+  if (caps & WT_CAP_HOST_MEMORY) out.push_back("host");
+  if (caps & WT_CAP_CUDA_MEMORY) out.push_back("cuda");
+  if (caps & WT_CAP_PACKED) out.push_back("packed");
+  if (caps & WT_CAP_SPARSE) out.push_back("sparse");
+  std::string s;
+  for (auto& c : out) s += (s.empty() ? "" : ",") + c;
+  return s.empty() ? "-" : s;
+}
+
+}  // namespace
+
+Run add_plugins_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plugins", "List the backend plugins found on the search path");
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "Print a JSON array instead of a table");
+  return [json]() {
+    auto& reg = Registry::instance();
+    auto infos = reg.scan();
+    if (*json) {
+      auto arr = nlohmann::json::array();
+      for (auto& i : infos)
+        arr.push_back({{"backend", i.backend},
+                       {"path", i.path},
+                       {"usable", i.usable},
+                       {"plugin_version", i.plugin_version},
+                       {"abi_version", i.abi_version},
+                       {"capabilities", caps_text(i.capabilities)},
+                       {"shadowed", i.shadowed},
+                       {"problem", i.problem}});
+      fmt::print("{}\n", arr.dump(2));
+      return 0;
+    }
+    fmt::print("search path (in order):\n");
+    for (auto& d : reg.search_path()) fmt::print("  {}\n", d);
+    fmt::print("\n{:<14} {:<9} {:<4} {:<28} {}\n", "BACKEND", "VERSION", "ABI", "CAPABILITIES", "PATH");
+    for (auto& i : infos) {
+      if (i.usable)
+        fmt::print("{:<14} {:<9} {:<4} {:<28} {}{}\n", i.backend, i.plugin_version, i.abi_version,
+                   caps_text(i.capabilities), i.path, i.shadowed ? "  (shadowed by an earlier directory)" : "");
+      else
+        fmt::print("{:<14} {:<9} {:<4} {:<28} {}\n    unusable: {}\n", i.backend, "-", "-", "-", i.path,
+                   i.problem);
+    }
+    if (infos.empty()) fmt::print("(no plugins found)\n");
+    return 0;
+  };
+}
+
+}  // namespace wt::cli

@@ -1,0 +1,100 @@
+#include <wt/init_info.hpp>
+
+#include "internal.hpp"
+#include "yaml_json.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <mutex>
+
+namespace wt {
+namespace {
+std::mutex& parse_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+}  // namespace
+
+InitInfo InitInfo::from_object(const nlohmann::json& object, const std::string& origin) {
+  if (!object.is_object())
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: expected an object with a 'backend' key", origin));
+  auto it = object.find("backend");
+  if (it == object.end())
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: missing field 'backend'", origin));
+  if (!it->is_string() || it->get<std::string>().empty())
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: field 'backend' must be a non-empty string", origin));
+  InitInfo info;
+  info.backend_ = it->get<std::string>();
+  info.fields_ = object;
+  info.fields_.erase("backend");
+  info.origin_ = origin;
+  return info;
+}
+
+InitInfo InitInfo::from_json(std::string_view text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+  return from_object(j, origin);
+}
+
+InitInfo InitInfo::from_yaml(std::string_view text, const std::string& origin) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: not valid YAML: {}", origin, e.what()));
+  }
+  return from_object(yaml_to_json(node), origin);
+}
+
+const ParsedInitInfo& InitInfo::parsed() const {
+  std::lock_guard<std::mutex> lock(parse_mutex());
+  if (!parsed_) {
+    auto plugin = Registry::instance().get(backend_);
+    nlohmann::json full = fields_;
+    full["backend"] = backend_;
+    std::string text = full.dump();
+    wt_init_info* obj = nullptr;
+    char err[4096] = {0};
+    wt_status s = plugin->api().init_info->parse_json(plugin->host(), text.c_str(), &obj, err, sizeof err);
+    if (s != WT_OK || obj == nullptr)
+      throw Error(s != WT_OK ? s : WT_ERR_INTERNAL,
+                  fmt::format("{}: {}", origin_, err[0] ? err : "the plugin rejected it without a reason"));
+    parsed_ = std::make_shared<const ParsedInitInfo>(plugin, obj);
+  }
+  return *parsed_;
+}
+
+int64_t InitInfo::rank() const {
+  const auto& p = parsed();
+  return p.plugin->api().init_info->rank(p.object);
+}
+
+bool InitInfo::is_sender() const {
+  const auto& p = parsed();
+  return p.plugin->api().init_info->is_sender(p.object) != 0;
+}
+
+nlohmann::json InitInfo::to_json() const {
+  const auto& p = parsed();
+  std::size_t needed = 0;
+  std::string buf(256, '\0');
+  wt_status s = p.plugin->api().init_info->to_json(p.object, buf.data(), buf.size(), &needed);
+  if (s != WT_OK && needed > buf.size()) {
+    buf.assign(needed, '\0');
+    s = p.plugin->api().init_info->to_json(p.object, buf.data(), buf.size(), &needed);
+  }
+  if (s != WT_OK)
+    throw Error(s, fmt::format("{}: the {} plugin could not serialise its init info", origin_, backend_));
+  auto j = nlohmann::json::parse(buf.c_str());
+  j["backend"] = backend_;
+  return j;
+}
+
+}  // namespace wt

@@ -1,0 +1,45 @@
+// libwt internals shared by its source files; not installed.
+#pragma once
+
+#include <wt/error.hpp>
+#include <wt/registry.hpp>
+#include <wt/sdk/errors.hpp>
+
+#include <memory>
+#include <string>
+
+namespace wt {
+
+// An init info parsed by its plugin. Destroys the plugin object with the plugin's own destroy.
+struct ParsedInitInfo {
+  std::shared_ptr<const Plugin> plugin;
+  wt_init_info* object = nullptr;
+  ParsedInitInfo(std::shared_ptr<const Plugin> p, wt_init_info* o) : plugin(std::move(p)), object(o) {}
+  ~ParsedInitInfo() { plugin->api().init_info->destroy(object); }
+  ParsedInitInfo(const ParsedInitInfo&) = delete;
+  ParsedInitInfo& operator=(const ParsedInitInfo&) = delete;
+};
+
+// Runs f() inside a host-implemented vtable slot: every exception becomes a status plus a
+// message in the caller's buffer, so nothing C++ crosses back into a plugin.
+template <typename F>
+wt_status host_guard(char* err, std::size_t cap, F&& f) noexcept {
+  try {
+    f();
+    return WT_OK;
+  } catch (const Error& e) {
+    sdk::write_message(err, cap, e.what());
+    return e.code();
+  } catch (const sdk::Error& e) {
+    sdk::write_message(err, cap, e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    sdk::write_message(err, cap, e.what());
+    return WT_ERR_INTERNAL;
+  } catch (...) {
+    sdk::write_message(err, cap, "unknown exception");
+    return WT_ERR_INTERNAL;
+  }
+}
+
+}  // namespace wt

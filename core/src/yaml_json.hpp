@@ -1,0 +1,13 @@
+// YAML -> JSON conversion with YAML 1.2 core-schema typing of plain scalars.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+namespace wt {
+
+// Plain scalars become booleans, integers, floats or null when they look like one; quoted
+// scalars stay strings.
+nlohmann::json yaml_to_json(const YAML::Node& node);
+
+}  // namespace wt

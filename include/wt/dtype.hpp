@@ -1,0 +1,75 @@
+// DLPack dtypes and their names on the wire (torch attribute names: "bfloat16", "float32", ...)
+// and in safetensors headers ("BF16", "F32", ...). Header-only: used by libwt and by plugins.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace wt {
+
+struct DtypeName {
+  DLDataType dtype;
+  std::string_view torch;        // vLLM's dtype_names entry
+  std::string_view safetensors;  // safetensors header "dtype"
+};
+
+inline constexpr DtypeName kDtypeNames[] = {
+    {{kDLFloat, 32, 1}, "float32", "F32"},  {{kDLFloat, 16, 1}, "float16", "F16"},
+    {{kDLBfloat, 16, 1}, "bfloat16", "BF16"}, {{kDLFloat, 64, 1}, "float64", "F64"},
+    {{kDLInt, 8, 1}, "int8", "I8"},          {{kDLInt, 16, 1}, "int16", "I16"},
+    {{kDLInt, 32, 1}, "int32", "I32"},       {{kDLInt, 64, 1}, "int64", "I64"},
+    {{kDLUInt, 8, 1}, "uint8", "U8"},        {{kDLBool, 8, 1}, "bool", "BOOL"},
+};
+
+inline bool operator==(const DLDataType& a, const DLDataType& b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+inline std::optional<DLDataType> dtype_from_torch_name(std::string_view name) {
+  for (const auto& d : kDtypeNames)
+    if (d.torch == name) return d.dtype;
+  return std::nullopt;
+}
+
+inline std::optional<DLDataType> dtype_from_safetensors_name(std::string_view name) {
+  for (const auto& d : kDtypeNames)
+    if (d.safetensors == name) return d.dtype;
+  return std::nullopt;
+}
+
+// "float32" etc.; "unknown" for a dtype wt does not name.
+inline std::string_view torch_name(DLDataType t) {
+  for (const auto& d : kDtypeNames)
+    if (d.dtype == t) return d.torch;
+  return "unknown";
+}
+
+inline std::string_view safetensors_name(DLDataType t) {
+  for (const auto& d : kDtypeNames)
+    if (d.dtype == t) return d.safetensors;
+  return "unknown";
+}
+
+inline bool is_known_dtype(DLDataType t) { return torch_name(t) != "unknown"; }
+
+inline std::size_t element_size(DLDataType t) {
+  return static_cast<std::size_t>(t.bits) * t.lanes / 8;
+}
+
+// Product of the dims; a 0-dim tensor has one element. Returns false on overflow or negative dims.
+inline bool checked_numel(const int64_t* shape, int32_t ndim, uint64_t* out) {
+  uint64_t n = 1;
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (shape[i] < 0) return false;
+    if (shape[i] != 0 && n > UINT64_MAX / static_cast<uint64_t>(shape[i])) return false;
+    n *= static_cast<uint64_t>(shape[i]);
+  }
+  *out = n;
+  return true;
+}
+
+}  // namespace wt

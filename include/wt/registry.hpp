@@ -1,0 +1,93 @@
+// The plugin registry: finds libwt_<backend>.so on the search path and loads it lazily, once,
+// the first time an engine of that backend is made.
+//
+// Search order: each directory of WT_PLUGIN_PATH (colon-separated; ignored in setuid/setgid
+// programs), then directories added with add_directory() (e.g. from a config file), then the
+// plugin directory installed next to libwt (<libdir>/wt/plugins). The first match wins.
+// Plugins are opened with RTLD_NOW | RTLD_LOCAL and are never unloaded: every engine holds a
+// reference to its plugin and the registry keeps its own until exit.
+#pragma once
+
+#include <wt/wt_plugin.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace boost::dll {
+class shared_library;
+}
+
+namespace wt {
+
+// A loaded, validated plugin.
+class Plugin {
+ public:
+  Plugin(std::shared_ptr<boost::dll::shared_library> lib, const wt_plugin_api* api,
+         std::string path, uint32_t abi_version);
+  ~Plugin();
+  const wt_plugin_api& api() const { return *api_; }
+  const std::string& backend() const { return backend_; }
+  const std::string& path() const { return path_; }
+  const std::string& version() const { return version_; }
+  uint32_t abi_version() const { return abi_version_; }
+  uint64_t capabilities() const { return api_->capabilities; }
+  // The services handed to this plugin's objects (logging to "wt.<backend>").
+  const wt_host_api* host() const { return &host_; }
+
+ private:
+  std::shared_ptr<boost::dll::shared_library> lib_;
+  const wt_plugin_api* api_;
+  std::string path_, backend_, version_;
+  uint32_t abi_version_;
+  wt_host_api host_{};
+};
+
+// What `wt plugins` shows for one file on the search path.
+struct PluginInfo {
+  std::string backend;  // from the file name
+  std::string path;
+  bool usable = false;
+  std::string problem;  // why not usable
+  std::string plugin_version;
+  uint32_t abi_version = 0;
+  uint64_t capabilities = 0;
+  bool shadowed = false;  // an earlier directory has the same backend
+};
+
+class Registry {
+ public:
+  static Registry& instance();
+
+  // The directories searched, in order.
+  std::vector<std::string> search_path() const;
+  // Adds a directory after WT_PLUGIN_PATH and before the default one.
+  void add_directory(const std::string& dir);
+
+  // Loads the backend's plugin on first use; throws wt::Error (WT_ERR_NOT_FOUND,
+  // WT_ERR_INCOMPATIBLE, WT_ERR_SYSTEM) with a message naming the file or the directories.
+  std::shared_ptr<const Plugin> get(const std::string& backend);
+
+  // Every libwt_*.so on the search path, loaded and checked but with no engine created.
+  std::vector<PluginInfo> scan();
+
+  // Backends loaded so far, and how many times get() opened its file (0 or 1: concurrent first
+  // calls share one load).
+  std::vector<std::string> loaded() const;
+  int load_count(const std::string& backend) const;
+
+ private:
+  Registry() = default;
+  mutable std::mutex mu_;
+  std::vector<std::string> extra_dirs_;
+  std::vector<std::pair<std::string, std::shared_ptr<const Plugin>>> loaded_;
+  std::map<std::string, int> load_attempts_;
+};
+
+// Opens and validates one plugin file; throws wt::Error. `backend` is the name the file stands
+// for (libwt_<backend>.so). Exposed for tests and tools.
+std::shared_ptr<const Plugin> load_plugin_file(const std::string& path, const std::string& backend);
+
+}  // namespace wt

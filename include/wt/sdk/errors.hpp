@@ -1,0 +1,71 @@
+// Plugin-side error handling: throw wt::sdk::Error inside, return a wt_status at the boundary.
+#pragma once
+
+#include <wt/wt_plugin.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace wt::sdk {
+
+// An error with a stable ABI code. Everything a plugin throws at a user should be one of these.
+class Error : public std::runtime_error {
+ public:
+  Error(wt_status code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
+  wt_status code() const noexcept { return code_; }
+
+ private:
+  wt_status code_;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(wt_status code, fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(code, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Copies a message into a caller-provided buffer, truncating and always terminating.
+inline void write_message(char* buf, std::size_t cap, const std::string& msg) noexcept {
+  if (buf == nullptr || cap == 0) return;
+  std::size_t n = msg.size() < cap - 1 ? msg.size() : cap - 1;
+  std::memcpy(buf, msg.data(), n);
+  buf[n] = '\0';
+}
+
+// Runs f() and converts every exception into a status plus a message. This is what keeps C++
+// exceptions from ever crossing the ABI.
+template <typename F>
+wt_status guard(std::string& message, F&& f) noexcept {
+  try {
+    f();
+    return WT_OK;
+  } catch (const Error& e) {
+    message = e.what();
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    message = "out of memory";
+    return WT_ERR_SYSTEM;
+  } catch (const std::exception& e) {
+    message = std::string("internal error: ") + e.what();
+    return WT_ERR_INTERNAL;
+  } catch (...) {
+    message = "internal error: unknown exception";
+    return WT_ERR_INTERNAL;
+  }
+}
+
+// guard() for create-style calls, whose message goes into a caller buffer.
+template <typename F>
+wt_status guard_into(char* err, std::size_t err_cap, F&& f) noexcept {
+  std::string message;
+  wt_status s = guard(message, std::forward<F>(f));
+  if (s != WT_OK) write_message(err, err_cap, message);
+  return s;
+}
+
+}  // namespace wt::sdk

@@ -1,0 +1,174 @@
+// C++ views, for plugin code, of the objects the host passes in: the client, the weight source
+// and the trainer group. Every failed call throws wt::sdk::Error carrying the host's reason.
+#pragma once
+
+#include <wt/sdk/errors.hpp>
+#include <wt/tensor.hpp>
+#include <wt/wt_plugin.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace wt::sdk {
+
+// True when `slot` lies inside the struct the other side filled and, for a pointer, is non-NULL
+// (ABI rule 1).
+template <typename Struct, typename Member>
+bool has_slot(const Struct* s, Member Struct::*slot) {
+  if (s == nullptr) return false;
+  const auto* base = reinterpret_cast<const char*>(s);
+  const auto* field = reinterpret_cast<const char*>(&(s->*slot));
+  std::size_t end = static_cast<std::size_t>(field - base) + sizeof(Member);
+  if (end > s->struct_size) return false;
+  if constexpr (std::is_pointer_v<Member>) return (s->*slot) != nullptr;
+  return true;
+}
+
+inline constexpr std::size_t kErrCap = 2048;
+
+class ClientRef {
+ public:
+  explicit ClientRef(const wt_client* c = nullptr) : c_(c) {}
+  bool valid() const { return c_ != nullptr; }
+  void init_weight_transfer_engine(const std::string& json) const {
+    call("init_weight_transfer_engine", [&](char* e, std::size_t n) {
+      return need(&wt_client::init_weight_transfer_engine, "init_weight_transfer_engine")(
+          c_->ctx, json.c_str(), e, n);
+    });
+  }
+  void start_weight_update() const {
+    call("start_weight_update", [&](char* e, std::size_t n) {
+      return need(&wt_client::start_weight_update, "start_weight_update")(c_->ctx, e, n);
+    });
+  }
+  void update_weights(const std::string& json) const {
+    call("update_weights", [&](char* e, std::size_t n) {
+      return need(&wt_client::update_weights, "update_weights")(c_->ctx, json.c_str(), e, n);
+    });
+  }
+  void finish_weight_update(const char* version) const {
+    call("finish_weight_update", [&](char* e, std::size_t n) {
+      return need(&wt_client::finish_weight_update, "finish_weight_update")(c_->ctx, version, e, n);
+    });
+  }
+
+ private:
+  template <typename M>
+  M need(M wt_client::*slot, const char* name) const {
+    if (!has_slot(c_, slot)) fail(WT_ERR_INCOMPATIBLE, "the client does not implement {}", name);
+    return c_->*slot;
+  }
+  template <typename F>
+  void call(const char* name, F&& f) const {
+    if (c_ == nullptr) fail(WT_ERR_STATE, "no client was given, cannot call {}", name);
+    char err[kErrCap] = {0};
+    wt_status s = f(err, sizeof err);
+    if (s != WT_OK)
+      throw Error(s == WT_ERR_ABORTED || s == WT_ERR_TIMEOUT ? s : WT_ERR_REMOTE,
+                  fmt::format("client {} failed: {}", name, err[0] ? err : "no reason given"));
+  }
+  const wt_client* c_;
+};
+
+using wt::ParamMeta;
+
+class SourceRef {
+ public:
+  explicit SourceRef(const wt_weight_source* s = nullptr) : s_(s) {}
+  bool valid() const { return s_ != nullptr; }
+
+  std::vector<ParamMeta> metadata() const {
+    const wt_param_meta* p = nullptr;
+    std::size_t n = 0;
+    check(need(&wt_weight_source::metadata, "metadata"), "metadata", &p, &n);
+    std::vector<ParamMeta> out;
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back({p[i].name ? p[i].name : "", p[i].dtype,
+                     std::vector<int64_t>(p[i].shape, p[i].shape + p[i].ndim)});
+    return out;
+  }
+
+  // A fresh pass: calls visit(tensor) for each item; end() runs when the Pass is destroyed.
+  class Pass {
+   public:
+    explicit Pass(const wt_weight_source* s) : s_(s) {}
+    Pass(Pass&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+    Pass(const Pass&) = delete;
+    ~Pass() {
+      if (s_ != nullptr && has_slot(s_, &wt_weight_source::end)) s_->end(s_->ctx);
+    }
+    // Returns false at the end of the pass.
+    bool next(wt_tensor* out) {
+      int32_t done = 0;
+      char err[kErrCap] = {0};
+      if (!has_slot(s_, &wt_weight_source::next))
+        fail(WT_ERR_INCOMPATIBLE, "the weight source does not implement next");
+      wt_status st = s_->next(s_->ctx, out, &done, err, sizeof err);
+      if (st != WT_OK) throw Error(st, fmt::format("weight source failed: {}", err));
+      return done == 0;
+    }
+
+   private:
+    const wt_weight_source* s_;
+  };
+
+  Pass begin() const {
+    check(need(&wt_weight_source::begin, "begin"), "begin");
+    return Pass(s_);
+  }
+
+ private:
+  template <typename M>
+  M need(M wt_weight_source::*slot, const char* name) const {
+    if (!has_slot(s_, slot)) fail(WT_ERR_INCOMPATIBLE, "the weight source does not implement {}", name);
+    return s_->*slot;
+  }
+  template <typename F, typename... A>
+  void check(F f, const char* name, A... a) const {
+    char err[kErrCap] = {0};
+    wt_status st = f(s_->ctx, a..., err, sizeof err);
+    if (st != WT_OK) throw Error(st, fmt::format("weight source {} failed: {}", name, err));
+  }
+  const wt_weight_source* s_;
+};
+
+// A one-rank group when the host gives none.
+class GroupRef {
+ public:
+  explicit GroupRef(const wt_trainer_group* g = nullptr) : g_(g) {}
+  int32_t rank() const { return g_ ? g_->rank : 0; }
+  int32_t size() const { return g_ ? g_->size : 1; }
+
+  std::vector<std::string> all_gather(const std::string& mine) const {
+    if (size() == 1) return {mine};
+    if (!has_slot(g_, &wt_trainer_group::all_gather))
+      fail(WT_ERR_INCOMPATIBLE, "the trainer group does not implement all_gather");
+    std::vector<std::string> out(static_cast<std::size_t>(size()));
+    char err[kErrCap] = {0};
+    auto sink = [](void* ctx, int32_t r, const void* d, std::size_t n) {
+      auto* v = static_cast<std::vector<std::string>*>(ctx);
+      if (r >= 0 && static_cast<std::size_t>(r) < v->size())
+        (*v)[static_cast<std::size_t>(r)].assign(static_cast<const char*>(d), n);
+    };
+    wt_status st = g_->all_gather(g_->ctx, mine.data(), mine.size(), sink, &out, err, sizeof err);
+    if (st != WT_OK) throw Error(st, fmt::format("trainer group all_gather failed: {}", err));
+    return out;
+  }
+  void barrier() const {
+    if (size() == 1) return;
+    if (!has_slot(g_, &wt_trainer_group::barrier))
+      fail(WT_ERR_INCOMPATIBLE, "the trainer group does not implement barrier");
+    char err[kErrCap] = {0};
+    wt_status st = g_->barrier(g_->ctx, err, sizeof err);
+    if (st != WT_OK) throw Error(st, fmt::format("trainer group barrier failed: {}", err));
+  }
+
+ private:
+  const wt_trainer_group* g_;
+};
+
+}  // namespace wt::sdk

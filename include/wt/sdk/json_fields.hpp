@@ -1,0 +1,152 @@
+// Strict reading of JSON objects: every key is either read or reported as unknown, every value
+// has exactly the expected type, and every error names the field. This is how both init_info and
+// update_info payloads are parsed.
+#pragma once
+
+#include <wt/sdk/errors.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace wt::sdk {
+
+inline std::string json_type_name(const nlohmann::json& v) {
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+class FieldReader {
+ public:
+  // what: how errors name the object, e.g. "init_info for backend 'ipc'".
+  FieldReader(const nlohmann::json& obj, std::string what) : obj_(obj), what_(std::move(what)) {
+    if (!obj_.is_object())
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: expected a JSON object, got {}", what_,
+           json_type_name(obj_));
+  }
+
+  bool has(const std::string& key) const { return obj_.contains(key); }
+  // A key that is allowed but read elsewhere.
+  void allow(const std::string& key) { seen_.insert(key); }
+
+  const nlohmann::json& raw(const std::string& key) {
+    seen_.insert(key);
+    if (!obj_.contains(key)) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field '{}'", what_, key);
+    return obj_.at(key);
+  }
+
+  bool get_bool(const std::string& key) {
+    const auto& v = raw(key);
+    if (!v.is_boolean()) type_error(key, "a boolean", v);
+    return v.get<bool>();
+  }
+  int64_t get_int(const std::string& key) {
+    const auto& v = raw(key);
+    if (!v.is_number_integer()) type_error(key, "an integer", v);
+    return v.get<int64_t>();
+  }
+  std::string get_string(const std::string& key) {
+    const auto& v = raw(key);
+    if (!v.is_string()) type_error(key, "a string", v);
+    return v.get<std::string>();
+  }
+  std::vector<std::string> get_string_list(const std::string& key) {
+    const auto& v = raw(key);
+    if (!v.is_array()) type_error(key, "a list of strings", v);
+    std::vector<std::string> out;
+    out.reserve(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) element_error(key, i, "a string", v[i]);
+      out.push_back(v[i].get<std::string>());
+    }
+    return out;
+  }
+  std::vector<int64_t> get_int_list(const std::string& key) {
+    const auto& v = raw(key);
+    if (!v.is_array()) type_error(key, "a list of integers", v);
+    return int_list(v, key);
+  }
+  std::vector<std::vector<int64_t>> get_int_list_list(const std::string& key) {
+    const auto& v = raw(key);
+    if (!v.is_array()) type_error(key, "a list of integer lists", v);
+    std::vector<std::vector<int64_t>> out;
+    out.reserve(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_array()) element_error(key, i, "a list of integers", v[i]);
+      out.push_back(int_list(v[i], fmt::format("{}[{}]", key, i)));
+    }
+    return out;
+  }
+
+  bool opt_bool(const std::string& key, bool def) {
+    return present(key) ? get_bool(key) : (seen_.insert(key), def);
+  }
+  int64_t opt_int(const std::string& key, int64_t def) {
+    return present(key) ? get_int(key) : (seen_.insert(key), def);
+  }
+  std::string opt_string(const std::string& key, std::string def) {
+    return present(key) ? get_string(key) : (seen_.insert(key), def);
+  }
+
+  // Rejects every key that was neither read nor allowed.
+  void finish() const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (seen_.count(it.key()) == 0) {
+        std::string known;
+        for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
+        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: unknown field '{}' (known fields: {})", what_,
+             it.key(), known);
+      }
+    }
+  }
+
+  const std::string& what() const { return what_; }
+
+ private:
+  // An explicit null counts as absent for optional fields, as in vLLM's dataclasses.
+  bool present(const std::string& key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+
+  std::vector<int64_t> int_list(const nlohmann::json& v, const std::string& key) const {
+    std::vector<int64_t> out;
+    out.reserve(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number_integer()) element_error(key, i, "an integer", v[i]);
+      out.push_back(v[i].get<int64_t>());
+    }
+    return out;
+  }
+  [[noreturn]] void type_error(const std::string& key, const char* want,
+                               const nlohmann::json& got) const {
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' must be {}, got {}", what_, key, want,
+         json_type_name(got));
+  }
+  [[noreturn]] void element_error(const std::string& key, std::size_t i, const char* want,
+                                  const nlohmann::json& got) const {
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}[{}]' must be {}, got {}", what_, key, i,
+         want, json_type_name(got));
+  }
+
+  const nlohmann::json& obj_;
+  std::string what_;
+  std::set<std::string> seen_;
+};
+
+// Parses JSON text, turning syntax errors into WT_ERR_INVALID_ARGUMENT naming `what`.
+inline nlohmann::json parse_json_text(const char* text, const std::string& what) {
+  if (text == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: NULL JSON text", what);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: not valid JSON ({})", what, e.what());
+  }
+}
+
+}  // namespace wt::sdk
