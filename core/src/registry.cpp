@@ -56,8 +56,8 @@ std::string dl_reason(const std::string& what) {
   auto pos = what.find(marker);
   if (pos == std::string::npos) return what;
   std::string r = what.substr(pos + marker.size());
-  if (!r.empty() && r.back() == ')') r.pop_back();
-  return r;
+  auto close = r.rfind(')');
+  return close == std::string::npos ? r : r.substr(0, close);
 }
 
 bool env_paths_allowed() { return getauxval(AT_SECURE) == 0; }

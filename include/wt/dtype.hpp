@@ -22,7 +22,7 @@ inline constexpr DtypeName kDtypeNames[] = {
     {{kDLBfloat, 16, 1}, "bfloat16", "BF16"}, {{kDLFloat, 64, 1}, "float64", "F64"},
     {{kDLInt, 8, 1}, "int8", "I8"},          {{kDLInt, 16, 1}, "int16", "I16"},
     {{kDLInt, 32, 1}, "int32", "I32"},       {{kDLInt, 64, 1}, "int64", "I64"},
-    {{kDLUInt, 8, 1}, "uint8", "U8"},        {{kDLBool, 8, 1}, "bool", "BOOL"},
+    {{kDLUInt, 8, 1}, "uint8", "U8"},       
 };
 
 inline bool operator==(const DLDataType& a, const DLDataType& b) {

@@ -2,7 +2,9 @@
 //
 //   auto info = wt::InitInfo::from_json(R"({"backend": "ipc", "rank": 0})");
 //   auto engine = wt::trainer_init(info, client, &source);   // loads libwt_ipc.so on first use
-//   engine->send_weights({.weight_version = "step-1"});
+//   wt::SendOptions round;
+//   round.weight_version = "step-1";
+//   engine->send_weights(round);
 #pragma once
 
 #include <wt/client.hpp>

@@ -1,0 +1,123 @@
+// Init infos from JSON and YAML, parsed strictly by the backend's own plugin.
+#include <wt/wt.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using ::testing::HasSubstr;
+
+namespace wt {
+namespace {
+
+void expect_invalid(const InitInfo& info, const std::string& part) {
+  try {
+    info.rank();
+    FAIL() << "accepted " << info.fields().dump();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(part));
+  }
+}
+
+const char* kNccl = R"({"backend": "nccl", "master_address": "127.0.0.1", "master_port": 29500,
+                        "world_size": 3, "rank": 0})";
+
+TEST(InitInfo, BackendIsRequired) {
+  try {
+    InitInfo::from_json(R"({"rank": 0})", "trainer.yaml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("trainer.yaml: missing field 'backend'"));
+  }
+  EXPECT_THROW(InitInfo::from_json(R"({"backend": 3})"), Error);
+  EXPECT_THROW(InitInfo::from_json("{not json"), Error);
+}
+
+TEST(InitInfo, PluginFillsDefaultsInCanonicalJson) {
+  auto info = InitInfo::from_json(kNccl);
+  EXPECT_EQ(info.rank(), 0);
+  EXPECT_TRUE(info.is_sender());
+  auto j = info.to_json();
+  EXPECT_EQ(j["backend"], "nccl");
+  EXPECT_EQ(j["packed"], true);
+  EXPECT_EQ(j["packed_buffer_size_bytes"], 1073741824);
+  EXPECT_EQ(j["packed_num_buffers"], 2);
+  EXPECT_EQ(j.size(), 8u);
+}
+
+TEST(InitInfo, UnknownKeyIsNamed) {
+  auto j = nlohmann::json::parse(kNccl);
+  j["pakced"] = true;
+  expect_invalid(InitInfo::from_object(j), "unknown field 'pakced'");
+}
+
+TEST(InitInfo, WrongTypeIsNamed) {
+  auto j = nlohmann::json::parse(kNccl);
+  j["master_port"] = "29500";
+  expect_invalid(InitInfo::from_object(j), "field 'master_port' must be an integer, got a string");
+  j = nlohmann::json::parse(kNccl);
+  j["packed"] = 1;
+  expect_invalid(InitInfo::from_object(j), "field 'packed' must be a boolean, got an integer");
+}
+
+TEST(InitInfo, MissingFieldIsNamed) {
+  auto j = nlohmann::json::parse(kNccl);
+  j.erase("world_size");
+  expect_invalid(InitInfo::from_object(j), "missing field 'world_size'");
+}
+
+TEST(InitInfo, OutOfRangeValueIsNamed) {
+  auto j = nlohmann::json::parse(kNccl);
+  j["master_port"] = 70000;
+  expect_invalid(InitInfo::from_object(j), "'master_port' must be in 1..65535, got 70000");
+}
+
+TEST(InitInfo, FromYamlKeepsTypes) {
+  auto info = InitInfo::from_yaml(R"(
+backend: sparse_nccl
+master_address: "10.0.0.1"
+master_port: 29501
+world_size: 2
+rank: 1
+)");
+  EXPECT_EQ(info.rank(), 1);
+  EXPECT_FALSE(info.is_sender());
+  EXPECT_EQ(info.to_json()["master_address"], "10.0.0.1");
+}
+
+TEST(InitInfo, YamlQuotedNumberIsAString) {
+  auto info = InitInfo::from_yaml("backend: nccl\nmaster_address: a\nmaster_port: '29500'\nworld_size: 2\nrank: 0\n",
+                                  "cfg.yaml");
+  expect_invalid(info, "field 'master_port' must be an integer, got a string");
+}
+
+TEST(InitInfo, ErrorsNameTheOrigin) {
+  auto info = InitInfo::from_json(R"({"backend": "nccl"})", "configs/x.yaml");
+  try {
+    info.rank();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("configs/x.yaml: invalid init_info for backend 'nccl'"));
+  }
+}
+
+TEST(InitInfo, SkeletonBackendsSayTheyHaveNoEngineYet) {
+  struct NullClient : Client {
+    void init_weight_transfer_engine(std::string_view) override {}
+    void start_weight_update() override {}
+    void update_weights(std::string_view) override {}
+    void finish_weight_update(const std::optional<std::string>&) override {}
+  } client;
+  try {
+    trainer_init(InitInfo::from_json(kNccl), client);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INCOMPATIBLE);
+    EXPECT_THAT(e.what(), HasSubstr("backend 'nccl'"));
+    EXPECT_THAT(e.what(), HasSubstr("has no trainer engine"));
+  }
+}
+
+}  // namespace
+}  // namespace wt

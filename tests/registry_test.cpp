@@ -1,0 +1,256 @@
+// The lazy registry and the factory, against the test-plugin matrix (tests/plugins).
+#include <wt/wt.hpp>
+
+#include "support/recording_client.hpp"
+#include "support/vector_source.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <barrier>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+namespace wt {
+namespace {
+
+void use_path(const std::string& path) { ::setenv("WT_PLUGIN_PATH", path.c_str(), 1); }
+
+InitInfo info_for(const std::string& backend) {
+  return InitInfo::from_json(R"({"backend": ")" + backend + R"(", "rank": 0})");
+}
+
+// Expects trainer_init of `backend` to fail with `code` and a message containing every part.
+void expect_trainer_init_error(const std::string& backend, wt_status code,
+                               std::vector<std::string> parts) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  try {
+    trainer_init(info_for(backend), client, &source);
+    FAIL() << "trainer_init of " << backend << " succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(status_name(e.code()), status_name(code)) << e.what();
+    for (const auto& p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
+  }
+  EXPECT_TRUE(client.calls().empty()) << "a broken plugin reached the client";
+}
+
+TEST(Registry, NothingIsLoadedBeforeTheFirstTrainerInit) {
+  use_path(WT_TEST_GOOD_DIR);
+  auto& reg = Registry::instance();
+  EXPECT_TRUE(reg.loaded().empty());
+  InitInfo info = info_for("testgood");  // building an init info loads nothing
+  EXPECT_EQ(info.backend(), "testgood");
+  EXPECT_TRUE(reg.loaded().empty());
+
+  test::RecordingClient client;
+  test::VectorSource source;
+  auto engine = trainer_init(info, client, &source);
+  EXPECT_EQ(reg.loaded(), std::vector<std::string>{"testgood"});
+  EXPECT_EQ(reg.load_count("testgood"), 1);
+  EXPECT_EQ(reg.load_count("testother"), 0);
+  EXPECT_EQ(engine->plugin().version(), "9.9.9");
+  EXPECT_EQ(engine->plugin().path(), std::string(WT_TEST_GOOD_DIR) + "/libwt_testgood.so");
+}
+
+TEST(Registry, EightThreadsRacingOnTheFirstTrainerInitLoadOnce) {
+  use_path(WT_TEST_GOOD_DIR);
+  constexpr int kThreads = 8;
+  std::barrier sync(kThreads);
+  std::vector<std::unique_ptr<TrainerEngine>> engines(kThreads);
+  std::vector<test::RecordingClient> clients(kThreads);
+  std::vector<test::VectorSource> sources(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      sync.arrive_and_wait();
+      engines[i] = trainer_init(info_for("testgood"), clients[i], &sources[i]);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(Registry::instance().load_count("testgood"), 1);
+  for (int i = 0; i < kThreads; ++i) {
+    ASSERT_NE(engines[i], nullptr);
+    EXPECT_EQ(&engines[i]->plugin(), &engines[0]->plugin()) << "thread " << i << " got another load";
+    EXPECT_EQ(clients[i].methods(), std::vector<std::string>{"init"});
+  }
+}
+
+TEST(Registry, TrainerEngineDrivesTheClientThroughThePlugin) {
+  use_path(WT_TEST_GOOD_DIR);
+  test::RecordingClient client;
+  test::VectorSource source;
+  source.add("a", {kDLFloat, 32, 1}, {2, 2}, 1);
+  source.add("b", {kDLInt, 64, 1}, {3}, 2);
+  auto engine = trainer_init(info_for("testgood"), client, &source);
+  SendOptions opts;
+  opts.weight_version = "step-7";
+  engine->send_weights(opts);
+  auto calls = client.calls();
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0].method, "init");
+  EXPECT_EQ(calls[0].payload, R"({"echo":true})");
+  EXPECT_EQ(calls[1].method, "start");
+  EXPECT_EQ(calls[2].payload, R"({"names":["a","b"]})");
+  EXPECT_EQ(calls[3].method, "finish");
+  EXPECT_EQ(calls[3].payload, "step-7");
+  EXPECT_EQ(source.passes(), 1);
+  EXPECT_EQ(source.ends(), 1);
+}
+
+TEST(Registry, ClientFailureSurfacesWithTheClientsReason) {
+  use_path(WT_TEST_GOOD_DIR);
+  test::RecordingClient client;
+  test::VectorSource source;
+  auto engine = trainer_init(info_for("testgood"), client, &source);
+  client.fail_next("update", "server said 400: bad update");
+  try {
+    engine->send_weights();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_REMOTE);
+    EXPECT_THAT(e.what(), HasSubstr("server said 400: bad update"));
+  }
+  EXPECT_EQ(client.methods(), (std::vector<std::string>{"init", "start", "update"}));
+}
+
+TEST(Registry, WrongAbiVersionNamesBothVersions) {
+  use_path(WT_TEST_BROKEN_DIR);
+  expect_trainer_init_error("badabi", WT_ERR_INCOMPATIBLE,
+                            {"libwt_badabi.so", "speaks wt ABI version 99", "ABI versions 1 to 1"});
+}
+
+TEST(Registry, MissingEntrySymbolNamesTheFileAndSymbol) {
+  use_path(WT_TEST_BROKEN_DIR);
+  expect_trainer_init_error("noentry", WT_ERR_INCOMPATIBLE,
+                            {"libwt_noentry.so", "does not export the entry symbol 'wt_plugin_get'"});
+}
+
+TEST(Registry, NullMandatorySlotIsNamed) {
+  use_path(WT_TEST_BROKEN_DIR);
+  expect_trainer_init_error("nullslot", WT_ERR_INCOMPATIBLE,
+                            {"libwt_nullslot.so", "mandatory slot(s) missing or NULL: trainer.send_weights"});
+}
+
+TEST(Registry, FailingInitKeepsThePluginsCodeAndReason) {
+  use_path(WT_TEST_BROKEN_DIR);
+  expect_trainer_init_error("initfails", WT_ERR_SYSTEM, {"trainer init failed on purpose"});
+}
+
+TEST(Registry, ExceptionInsideThePluginBecomesAnInternalError) {
+  use_path(WT_TEST_BROKEN_DIR);
+  expect_trainer_init_error("throws", WT_ERR_INTERNAL, {"exception thrown inside the plugin"});
+}
+
+TEST(Registry, DeclaredBackendMustMatchTheFileName) {
+  use_path(WT_TEST_BROKEN_DIR);
+  expect_trainer_init_error("misnamed", WT_ERR_INCOMPATIBLE,
+                            {"declares backend 'somethingelse'", "file name says 'misnamed'"});
+}
+
+TEST(Registry, NonElfFileIsRejectedWithTheLoadersReason) {
+  use_path(WT_TEST_BROKEN_DIR);
+  expect_trainer_init_error("bogus", WT_ERR_INCOMPATIBLE,
+                            {"cannot load plugin", "libwt_bogus.so"});
+}
+
+TEST(Registry, EveryBrokenPluginFailsAndTheProcessCarriesOn) {
+  use_path(std::string(WT_TEST_BROKEN_DIR) + ":" + WT_TEST_GOOD_DIR);
+  for (const char* b : {"badabi", "noentry", "nullslot", "initfails", "throws", "misnamed", "bogus"}) {
+    test::RecordingClient client;
+    test::VectorSource source;
+    EXPECT_THROW(trainer_init(info_for(b), client, &source), Error) << b;
+  }
+  test::RecordingClient client;
+  test::VectorSource source;
+  auto engine = trainer_init(info_for("testgood"), client, &source);
+  engine->send_weights();
+  EXPECT_EQ(client.methods().back(), "finish");
+}
+
+TEST(Registry, MissingPluginNamesEveryDirectoryAndTheBackendsFound) {
+  use_path(std::string(WT_TEST_GOOD_DIR) + ":/nonexistent/wt-plugins");
+  test::RecordingClient client;
+  test::VectorSource source;
+  try {
+    trainer_init(info_for("nosuchbackend"), client, &source);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_NOT_FOUND);
+    std::string m = e.what();
+    EXPECT_THAT(m, HasSubstr("libwt_nosuchbackend.so"));
+    for (const auto& dir : Registry::instance().search_path()) EXPECT_THAT(m, HasSubstr(dir));
+    EXPECT_THAT(m, HasSubstr("/nonexistent/wt-plugins"));
+    EXPECT_THAT(m, HasSubstr("testgood"));
+    EXPECT_THAT(m, HasSubstr("testother"));
+    EXPECT_THAT(m, HasSubstr("ipc"));  // the plugin directory next to libwt is searched last
+  }
+}
+
+TEST(Registry, SearchOrderIsEnvThenConfigThenDefault) {
+  use_path("/a:/b");
+  Registry::instance().add_directory("/from-config");
+  auto dirs = Registry::instance().search_path();
+  ASSERT_EQ(dirs.size(), 4u);
+  EXPECT_EQ(dirs[0], "/a");
+  EXPECT_EQ(dirs[1], "/b");
+  EXPECT_EQ(dirs[2], "/from-config");
+  EXPECT_THAT(dirs[3], HasSubstr("wt/plugins"));
+}
+
+TEST(Registry, ScanReportsEveryFileWithoutCreatingEngines) {
+  use_path(std::string(WT_TEST_BROKEN_DIR) + ":" + WT_TEST_GOOD_DIR);
+  auto infos = Registry::instance().scan();
+  std::map<std::string, PluginInfo> by;
+  for (auto& i : infos)
+    if (!i.shadowed) by[i.backend] = i;
+  for (const char* b : {"badabi", "noentry", "nullslot", "misnamed", "bogus"}) {
+    ASSERT_TRUE(by.count(b)) << b;
+    EXPECT_FALSE(by[b].usable) << b;
+    EXPECT_FALSE(by[b].problem.empty()) << b;
+  }
+  // These load fine; their failures only show when an engine is made.
+  EXPECT_TRUE(by["initfails"].usable);
+  EXPECT_TRUE(by["testgood"].usable);
+  EXPECT_EQ(by["testgood"].plugin_version, "9.9.9");
+  EXPECT_TRUE(by["ipc"].usable);
+  EXPECT_TRUE(Registry::instance().loaded().empty());
+}
+
+TEST(Registry, PluginLogsArriveThroughTheHostCallback) {
+  ::setenv("WT_LOG_LEVEL", "info", 1);
+  use_path(WT_TEST_GOOD_DIR);
+  std::ostringstream captured;
+  auto l = logger("wt.testgood");
+  l->set_level(spdlog::level::info);
+  l->sinks().push_back(std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
+  test::RecordingClient client;
+  test::VectorSource source;
+  auto engine = trainer_init(InitInfo::from_json(R"({"backend":"testgood","rank":3})"), client, &source);
+  EXPECT_THAT(captured.str(), HasSubstr("[test] trainer created (rank 3)"));
+  EXPECT_TRUE(client.calls().empty()) << "rank 3 is not the sender and must make no RPC";
+}
+
+TEST(Registry, WorkerEngineLoadsLazilyToo) {
+  use_path(WT_TEST_GOOD_DIR);
+  EXPECT_TRUE(Registry::instance().loaded().empty());
+  auto worker = WorkerEngine::create("testother", "{}");
+  EXPECT_EQ(Registry::instance().loaded(), std::vector<std::string>{"testother"});
+  try {
+    worker->receive("{}", [](std::span<const wt_tensor>) {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_STATE);
+    EXPECT_THAT(e.what(), HasSubstr("receive before start"));
+  }
+  worker->start();
+  worker->receive("{}", [](std::span<const wt_tensor>) {});
+  worker->finish();
+}
+
+}  // namespace
+}  // namespace wt
