@@ -1,17 +1,33 @@
-#include <wt/sdk/plugin.hpp>
+// libwt_ipc.so — colocated weight sync through shared handles: POSIX shared memory for host
+// tensors, cudaIpcMemHandle for CUDA tensors (when built with the CUDA toolkit).
+#include "cuda_ipc.hpp"
+#include "ipc_init_info.hpp"
+#include "ipc_trainer.hpp"
+#include "ipc_worker.hpp"
+
 namespace {
-struct IpcInitInfo final : wt::sdk::InitInfoBase {
-  int64_t rank_ = 0;
-  nlohmann::json to_json() const override { return {{"rank", rank_}}; }
-  int64_t rank() const override { return rank_; }
-};
-std::unique_ptr<wt::sdk::InitInfoBase> parse(const nlohmann::json& fields) {
-  wt::sdk::FieldReader r(fields, "init_info for backend 'ipc'");
-  auto info = std::make_unique<IpcInitInfo>();
-  info->rank_ = r.get_int("rank");
-  r.finish();
-  return info;
+
+std::unique_ptr<wt::sdk::TrainerBase> make_trainer(const wt_host_api* host, const wt::sdk::InitInfoBase& info,
+                                                   wt::sdk::ClientRef client, wt::sdk::SourceRef source,
+                                                   wt::sdk::GroupRef group) {
+  return std::make_unique<wt::ipc::IpcTrainer>(host, static_cast<const wt::ipc::IpcInitInfo&>(info), client,
+                                               source, group);
 }
-constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION, 0, &parse, nullptr, nullptr};
+
+std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt_host_api* host, const nlohmann::json& init,
+                                                 const wt_worker_options& options) {
+  return std::make_unique<wt::ipc::IpcWorker>(host, init, options);
+}
+
+constexpr uint64_t kCapabilities = WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY | WT_CAP_PACKED
+#ifdef WT_IPC_WITH_CUDA
+                                   | WT_CAP_CUDA_MEMORY
+#endif
+    ;
+
+constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION, kCapabilities,
+                                                &wt::ipc::IpcInitInfo::parse, &make_trainer, &make_worker};
+
 }  // namespace
+
 WT_DEFINE_PLUGIN(kDefinition)

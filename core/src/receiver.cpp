@@ -1,0 +1,168 @@
+#include <wt/receiver.hpp>
+
+#include <wt/checksum.hpp>
+#include <wt/dtype.hpp>
+#include <wt/error.hpp>
+#include <wt/log.hpp>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace wt {
+
+Receiver::Receiver(Options options) : options_(std::move(options)) {
+  if (options_.backend.empty()) throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
+}
+
+Receiver::~Receiver() = default;
+
+void Receiver::init_weight_transfer_engine(const nlohmann::json& init_info) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!init_info.is_object())
+    throw Error(WT_ERR_INVALID_ARGUMENT, "init_info must be a JSON object");
+  if (engine_ && active_) engine_->abort();
+  active_ = false;
+  engine_.reset();
+  engine_ = WorkerEngine::create(options_.backend, init_info.dump(), options_.device);
+  logger()->info("receiver: {} worker engine initialised with {}", options_.backend, init_info.dump());
+}
+
+void Receiver::start_weight_update() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!engine_)
+    throw Error(WT_ERR_STATE, "weight transfer is not initialised: call init_weight_transfer_engine first");
+  if (active_)
+    throw Error(WT_ERR_STATE, "a weight update is already active. Call finish_weight_update first.");
+  engine_->start();
+  active_ = true;
+}
+
+void Receiver::update_weights(const nlohmann::json& update_info) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!active_)
+    throw Error(WT_ERR_STATE, "start_weight_update must be called before update_weights.");
+  try {
+    const nlohmann::json* one = &update_info;
+    if (update_info.is_array()) {
+      if (update_info.size() != static_cast<std::size_t>(world_size()))
+        throw Error(WT_ERR_INVALID_ARGUMENT,
+                    fmt::format("update_info is a list of {} per-worker payloads, but this receiver has {} "
+                                "worker(s)", update_info.size(), world_size()));
+      one = &update_info[0];
+    }
+    engine_->receive(one->dump(), [this](std::span<const wt_tensor> t) { load(t); });
+  } catch (...) {
+    // vLLM's rule: a failed update ends the session; what this round staged is dropped.
+    active_ = false;
+    for (auto& [name, t] : staged_) spare_[name] = std::move(t);
+    staged_.clear();
+    try {
+      engine_->abort();
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+void Receiver::load(std::span<const wt_tensor> tensors) {
+  for (const auto& t : tensors) {
+    const DLTensor& d = t.tensor;
+    if (d.device.device_type != kDLCPU)
+      throw Error(WT_ERR_UNSUPPORTED,
+                  fmt::format("tensor '{}' arrived in device memory; this receiver holds weights in host memory",
+                              t.name));
+    uint64_t numel = 0;
+    if (!checked_numel(d.shape, d.ndim, &numel))
+      throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("tensor '{}' has a bad shape", t.name));
+    std::size_t nbytes = numel * element_size(d.dtype);
+    Tensor slot;
+    auto spare = spare_.find(t.name);
+    if (spare != spare_.end() && spare->second.nbytes == nbytes) {
+      slot = std::move(spare->second);
+      spare_.erase(spare);
+    } else {
+      slot.data.reset(new unsigned char[nbytes == 0 ? 1 : nbytes]);
+      slot.nbytes = nbytes;
+    }
+    slot.dtype = d.dtype;
+    slot.shape.assign(d.shape, d.shape + d.ndim);
+    std::memcpy(slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset, nbytes);
+    auto old = staged_.find(t.name);
+    if (old != staged_.end()) spare_[t.name] = std::move(old->second);
+    staged_[t.name] = std::move(slot);
+  }
+}
+
+void Receiver::finish_weight_update(const std::optional<std::string>& weight_version) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!active_) throw Error(WT_ERR_STATE, "no weight update is active: call start_weight_update first.");
+  active_ = false;
+  try {
+    engine_->finish();
+  } catch (...) {
+    for (auto& [name, t] : staged_) spare_[name] = std::move(t);
+    staged_.clear();
+    throw;
+  }
+  for (auto& [name, t] : staged_) {
+    auto old = committed_.find(name);
+    if (old != committed_.end()) spare_[name] = std::move(old->second);
+    committed_[name] = std::move(t);
+  }
+  staged_.clear();
+  if (weight_version) version_ = weight_version;
+  ++rounds_;
+}
+
+std::optional<std::string> Receiver::weight_version() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return version_;
+}
+
+bool Receiver::session_active() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return active_;
+}
+
+std::map<std::string, std::string> Receiver::checksums() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, std::string> out;
+  for (const auto& [name, t] : committed_) out[name] = checksum_bytes(t.data.get(), t.nbytes);
+  return out;
+}
+
+std::vector<std::string> Receiver::names() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, t] : committed_) out.push_back(name);
+  return out;
+}
+
+std::optional<std::vector<unsigned char>> Receiver::bytes_of(const std::string& name) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = committed_.find(name);
+  if (it == committed_.end()) return std::nullopt;
+  return std::vector<unsigned char>(it->second.data.get(), it->second.data.get() + it->second.nbytes);
+}
+
+uint64_t Receiver::committed_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t n = 0;
+  for (const auto& [name, t] : committed_) n += t.nbytes;
+  return n;
+}
+
+uint64_t Receiver::rounds_finished() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return rounds_;
+}
+
+void InProcessClient::init_weight_transfer_engine(std::string_view j) {
+  r_.init_weight_transfer_engine(nlohmann::json::parse(j));
+}
+void InProcessClient::start_weight_update() { r_.start_weight_update(); }
+void InProcessClient::update_weights(std::string_view j) { r_.update_weights(nlohmann::json::parse(j)); }
+void InProcessClient::finish_weight_update(const std::optional<std::string>& v) { r_.finish_weight_update(v); }
+
+}  // namespace wt

@@ -1,0 +1,84 @@
+// The inference side of a weight sync, as the reference receiver (`wt serve`) and the in-process
+// client run it: vLLM's session rules around a lazily created worker engine, plus the received
+// weights themselves, in host memory, with per-tensor checksums.
+//
+// Session rules (vLLM's): start while a session is active is refused; update or finish without
+// one is refused; any failed update ends the session. Weights loaded during a round are staged
+// and become visible at finish, so a failed round leaves the weights exactly as they were.
+#pragma once
+
+#include <wt/engine.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wt {
+
+class Receiver {
+ public:
+  struct Options {
+    std::string backend;  // which plugin's worker engine to create at init
+    DLDevice device{kDLCPU, 0};
+  };
+  struct Tensor {
+    DLDataType dtype{};
+    std::vector<int64_t> shape;
+    std::unique_ptr<unsigned char[]> data;
+    std::size_t nbytes = 0;
+  };
+
+  explicit Receiver(Options options);
+  ~Receiver();
+
+  // The four control-plane calls; throw wt::Error (WT_ERR_STATE for session-rule violations).
+  void init_weight_transfer_engine(const nlohmann::json& init_info);
+  void start_weight_update();
+  // One update_info object, or a list with one object per worker (this receiver is one worker).
+  void update_weights(const nlohmann::json& update_info);
+  void finish_weight_update(const std::optional<std::string>& weight_version);
+
+  const std::string& backend() const { return options_.backend; }
+  int world_size() const { return 1; }
+  std::optional<std::string> weight_version() const;
+  bool session_active() const;
+  // name -> XXH3-64 hex of the committed weights.
+  std::map<std::string, std::string> checksums() const;
+  // Copies of committed tensors, for tests and tools.
+  std::vector<std::string> names() const;
+  std::optional<std::vector<unsigned char>> bytes_of(const std::string& name) const;
+  uint64_t committed_bytes() const;
+  uint64_t rounds_finished() const;
+
+ private:
+  void load(std::span<const wt_tensor> tensors);
+
+  Options options_;
+  mutable std::mutex mu_;
+  std::unique_ptr<WorkerEngine> engine_;
+  bool active_ = false;
+  std::map<std::string, Tensor> committed_, staged_, spare_;
+  std::optional<std::string> version_;
+  uint64_t rounds_ = 0;
+};
+
+// A client that drives a Receiver in this process: for embedded workers and tests.
+class InProcessClient : public Client {
+ public:
+  explicit InProcessClient(Receiver& receiver) : r_(receiver) {}
+  void init_weight_transfer_engine(std::string_view init_info_json) override;
+  void start_weight_update() override;
+  void update_weights(std::string_view update_info_json) override;
+  void finish_weight_update(const std::optional<std::string>& weight_version) override;
+
+ private:
+  Receiver& r_;
+};
+
+}  // namespace wt

@@ -1,0 +1,149 @@
+#include "cuda_ipc.hpp"
+
+#include "ipc_wire.hpp"
+
+#include <wt/sdk/errors.hpp>
+
+#ifdef WT_IPC_WITH_CUDA
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include <cstring>
+
+namespace wt::ipc::cuda {
+
+using sdk::fail;
+
+#ifdef WT_IPC_WITH_CUDA
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear the sticky-free error state
+  wt_status code = (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+                    e == cudaErrorInitializationError || e == cudaErrorStubLibrary)
+                       ? WT_ERR_UNSUPPORTED
+                       : WT_ERR_DEVICE;
+  fail(code, "{} failed: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+void set_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+
+// cuMemGetAddressRange through the runtime's driver entry point, so the plugin does not link
+// libcuda and still loads on machines without a driver.
+using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+GetAddressRange address_range_fn() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &status),
+        "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
+  if (fn == nullptr || status != cudaDriverEntryPointSuccess)
+    fail(WT_ERR_UNSUPPORTED, "the CUDA driver does not provide cuMemGetAddressRange");
+  return reinterpret_cast<GetAddressRange>(fn);
+}
+
+}  // namespace
+
+bool built_with_cuda() { return true; }
+
+std::string device_uuid(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  std::string s = "GPU-";
+  static const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += hex[b[i] >> 4];
+    s += hex[b[i] & 15];
+  }
+  return s;
+}
+
+int device_of(const void* ptr) {
+  cudaPointerAttributes attr{};
+  check(cudaPointerGetAttributes(&attr, ptr), "cudaPointerGetAttributes");
+  if (attr.type != cudaMemoryTypeDevice)
+    fail(WT_ERR_INVALID_ARGUMENT, "pointer {} is not device memory from cudaMalloc", ptr);
+  return attr.device;
+}
+
+Exported export_pointer(const void* ptr) {
+  int device = device_of(ptr);
+  set_device(device);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUresult r = address_range_fn()(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
+  if (r != CUDA_SUCCESS) fail(WT_ERR_DEVICE, "cuMemGetAddressRange failed with CUresult {}", static_cast<int>(r));
+  cudaIpcMemHandle_t h{};
+  check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)),
+        "cudaIpcGetMemHandle (memory from cudaMallocAsync or VMM pools cannot be shared)");
+  Exported e;
+  e.handle_b64 = base64_encode(&h, sizeof h);
+  e.allocation_size = size;
+  e.offset = reinterpret_cast<CUdeviceptr>(ptr) - base;
+  return e;
+}
+
+DeviceBuffer::DeviceBuffer(int device, std::size_t size) : size_(size), device_(device) {
+  set_device(device);
+  check(cudaMalloc(&ptr_, size == 0 ? 1 : size), "cudaMalloc of a packed buffer");
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) {
+    cudaSetDevice(device_);
+    cudaFree(ptr_);
+  }
+}
+
+void copy(void* dst, const void* src, std::size_t n) {
+  check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+void synchronize(int device) {
+  set_device(device);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+Imported::Imported(const std::string& handle_b64, int device) : device_(device) {
+  std::string raw = base64_decode(handle_b64, "CUDA IPC handle");
+  cudaIpcMemHandle_t h{};
+  if (raw.size() != sizeof h)
+    fail(WT_ERR_INVALID_ARGUMENT, "a CUDA IPC handle is {} bytes, this one decodes to {}", sizeof h, raw.size());
+  std::memcpy(&h, raw.data(), sizeof h);
+  set_device(device);
+  check(cudaIpcOpenMemHandle(&ptr_, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+}
+
+Imported::~Imported() {
+  if (ptr_ != nullptr) {
+    cudaSetDevice(device_);
+    cudaIpcCloseMemHandle(ptr_);
+  }
+}
+
+#else  // built without the CUDA toolkit
+
+namespace {
+[[noreturn]] void unsupported() {
+  fail(WT_ERR_UNSUPPORTED, "this libwt_ipc.so was built without the CUDA toolkit: CUDA memory is unsupported");
+}
+}  // namespace
+
+bool built_with_cuda() { return false; }
+std::string device_uuid(int) { unsupported(); }
+int device_of(const void*) { unsupported(); }
+Exported export_pointer(const void*) { unsupported(); }
+DeviceBuffer::DeviceBuffer(int, std::size_t) { unsupported(); }
+DeviceBuffer::~DeviceBuffer() = default;
+void copy(void*, const void*, std::size_t) { unsupported(); }
+void synchronize(int) { unsupported(); }
+Imported::Imported(const std::string&, int) { unsupported(); }
+Imported::~Imported() = default;
+
+#endif
+
+}  // namespace wt::ipc::cuda

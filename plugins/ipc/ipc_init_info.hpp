@@ -1,0 +1,47 @@
+// The ipc trainer init info:
+//   rank                      int, required: 0 is the sender
+//   packed                    bool, default false: copy tensors into shared buffers
+//   packed_buffer_size_bytes  int, default 1 GiB: the size of each buffer
+//   packed_num_buffers        int, default 2: buffers in rotation, so packing the next buffer
+//                             overlaps the worker loading the previous one
+// Only `packed` travels to the worker; the rest is the trainer's business.
+#pragma once
+
+#include <wt/sdk/plugin.hpp>
+
+namespace wt::ipc {
+
+struct IpcInitInfo final : sdk::InitInfoBase {
+  int64_t rank_ = 0;
+  bool packed = false;
+  int64_t packed_buffer_size_bytes = int64_t{1} << 30;
+  int64_t packed_num_buffers = 2;
+
+  nlohmann::json to_json() const override {
+    return {{"rank", rank_},
+            {"packed", packed},
+            {"packed_buffer_size_bytes", packed_buffer_size_bytes},
+            {"packed_num_buffers", packed_num_buffers}};
+  }
+  int64_t rank() const override { return rank_; }
+  // What the sender ships through init_weight_transfer_engine.
+  nlohmann::json worker_init_info() const { return {{"packed", packed}}; }
+
+  static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {
+    sdk::FieldReader r(fields, "init_info for backend 'ipc'");
+    auto info = std::make_unique<IpcInitInfo>();
+    info->rank_ = r.get_int("rank");
+    info->packed = r.opt_bool("packed", false);
+    info->packed_buffer_size_bytes = r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
+    info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
+    r.finish();
+    if (info->rank_ < 0) sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0", r.what());
+    if (info->packed_buffer_size_bytes <= 0)
+      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
+    if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
+      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be in 1..64", r.what());
+    return info;
+  }
+};
+
+}  // namespace wt::ipc

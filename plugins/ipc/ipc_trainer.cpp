@@ -1,0 +1,341 @@
+#include "ipc_trainer.hpp"
+
+#include "ipc_wire.hpp"
+
+#include <wt/dtype.hpp>
+
+#include <cstring>
+
+namespace wt::ipc {
+
+using sdk::fail;
+
+namespace {
+
+bool is_compact(const DLTensor& t) {
+  if (t.strides == nullptr) return true;
+  int64_t expect = 1;
+  for (int32_t d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != expect) return false;
+    expect *= t.shape[d];
+  }
+  return true;
+}
+
+// Copies a host tensor, compact or strided, into contiguous bytes at dst.
+void copy_host(unsigned char* dst, const DLTensor& t, uint64_t nbytes) {
+  const auto* src = static_cast<const unsigned char*>(t.data) + t.byte_offset;
+  if (is_compact(t)) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+  const std::size_t es = element_size(t.dtype);
+  std::vector<int64_t> idx(static_cast<std::size_t>(t.ndim), 0);
+  for (uint64_t i = 0, n = nbytes / es; i < n; ++i) {
+    int64_t off = 0;
+    for (int32_t d = 0; d < t.ndim; ++d) off += idx[d] * t.strides[d];
+    std::memcpy(dst + i * es, src + off * static_cast<int64_t>(es), es);
+    for (int32_t d = t.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < t.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+struct Item {
+  ParamMeta meta;
+  uint64_t nbytes = 0;
+  int cuda_device = -1;
+};
+
+Item describe_tensor(const wt_tensor& t) {
+  Item it;
+  it.meta.name = t.name ? t.name : "";
+  if (it.meta.name.empty()) fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded a tensor with no name");
+  const DLTensor& d = t.tensor;
+  it.meta.dtype = d.dtype;
+  it.meta.shape.assign(d.shape, d.shape + d.ndim);
+  if (!is_known_dtype(d.dtype))
+    fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has a dtype wt cannot name (code {}, {} bits, {} lanes)",
+         it.meta.name, d.dtype.code, d.dtype.bits, d.dtype.lanes);
+  uint64_t numel = 0;
+  if (!checked_numel(d.shape, d.ndim, &numel))
+    fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has a negative or overflowing shape", it.meta.name);
+  it.nbytes = numel * element_size(d.dtype);
+  if (d.data == nullptr && it.nbytes > 0)
+    fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has no data pointer", it.meta.name);
+  if (d.device.device_type == kDLCUDA) {
+    if (!is_compact(d))
+      fail(WT_ERR_INVALID_ARGUMENT, "CUDA tensor '{}' is not contiguous; make it contiguous before sending",
+           it.meta.name);
+    it.cuda_device = d.device.device_id;
+  } else if (d.device.device_type != kDLCPU && d.device.device_type != kDLCUDAHost) {
+    fail(WT_ERR_UNSUPPORTED, "tensor '{}' lives on DLPack device type {}; ipc moves host (kDLCPU) and "
+         "CUDA (kDLCUDA) memory", it.meta.name, static_cast<int>(d.device.device_type));
+  }
+  return it;
+}
+
+std::string key_for(int cuda_device) { return cuda_device < 0 ? kHostKey : cuda::device_uuid(cuda_device); }
+
+}  // namespace
+
+IpcTrainer::IpcTrainer(const wt_host_api* host, const IpcInitInfo& info, sdk::ClientRef client,
+                       sdk::SourceRef source, sdk::GroupRef group)
+    : log_(host, "[ipc] "), info_(info), client_(client), source_(source), group_(group),
+      sender_(info.is_sender()) {
+  if (!source_.valid())
+    fail(WT_ERR_INVALID_ARGUMENT, "the ipc backend requires a weight source, and trainer_init got none");
+  int swept = sweep_orphaned_segments();
+  if (swept > 0) log_.info("removed {} shared-memory segment(s) left by dead processes", swept);
+  if (sender_) client_.init_weight_transfer_engine(info_.worker_init_info().dump());
+  log_.debug("trainer ready: rank {} (group rank {} of {}), packed={}", info_.rank_, group_.rank(),
+             group_.size(), info_.packed);
+}
+
+IpcTrainer::~IpcTrainer() {
+  in_flight_.reset();
+  parked_.clear();  // joins RPC threads left by failed rounds
+}
+
+void IpcTrainer::check_not_aborted() const {
+  if (aborted_) fail(WT_ERR_ABORTED, "the ipc trainer engine was aborted");
+}
+
+void IpcTrainer::send_weights(const wt_send_args& args) {
+  check_not_aborted();
+  if (args.num_patches > 0)
+    fail(WT_ERR_INVALID_ARGUMENT, "ipc is a full-resync backend: send_weights takes no patches");
+  // A failed round never joins an in-flight RPC, and drops every segment: a worker that failed may
+  // not hold mappings of the old (already unlinked) ones, so the next round exports fresh ones.
+  auto give_up = [this] {
+    if (in_flight_) parked_.push_back(std::move(in_flight_));
+    release_all();
+  };
+  try {
+    round(args);
+  } catch (const sdk::Error& e) {
+    give_up();
+    // Reused segments are unlinked after their first round; a worker that was re-initialised
+    // since (a new worker engine) cannot open them. Its refusal of the round's first update ends
+    // its session, so the round can be sent again, once, from fresh segments.
+    if (!(rounds_ok_ > 0 && first_update_failed_)) throw;
+    log_.info("the worker refused the first update of the round ({}); re-exporting fresh "
+              "segments and sending the round again", e.what());
+    try {
+      round(args);
+    } catch (...) {
+      give_up();
+      throw;
+    }
+  } catch (...) {
+    give_up();
+    throw;
+  }
+  ++rounds_ok_;
+}
+
+void IpcTrainer::release_all() {
+  buffers_.clear();
+  by_name_.clear();
+}
+
+void IpcTrainer::round(const wt_send_args& args) {
+  sent_ = completed_ = 0;
+  update_failed_ = first_update_failed_ = false;
+  bool started = false;
+  auto pass = source_.begin();  // source.end() runs when the pass goes: after finish
+  try {
+    if (info_.packed) {
+      if (sender_) client_.start_weight_update();
+      started = sender_;
+      send_packed(pass);
+    } else {
+      send_unpacked(pass);  // starts the session itself, once every handle is ready
+      started = sender_;
+    }
+  } catch (const sdk::Error& e) {
+    // vLLM's session ends on any failed update: a deliberately rejected update ends a session the
+    // trainer has to give up on, so the next round's start is not refused.
+    if (started && !update_failed_) {
+      try {
+        client_.update_weights(nlohmann::json{{"wt_abort_round", e.what()}}.dump());
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  if (sender_) client_.finish_weight_update(args.weight_version);
+}
+
+void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
+  std::vector<ParamMeta> params;
+  std::vector<nlohmann::json> mine;
+  std::map<std::string, ShmSegment> kept;
+  std::vector<int> devices;
+  wt_tensor t{};
+  while (pass.next(&t)) {
+    check_not_aborted();
+    Item it = describe_tensor(t);
+    Handle h;
+    if (it.cuda_device < 0) {
+      auto found = by_name_.find(it.meta.name);
+      ShmSegment seg = (found != by_name_.end() && found->second.size() == std::max<uint64_t>(it.nbytes, 1))
+                           ? std::move(found->second)
+                           : ShmSegment::create(it.nbytes);
+      if (found != by_name_.end()) by_name_.erase(found);
+      copy_host(seg.data(), t.tensor, it.nbytes);
+      h = Handle{"shm", seg.name(), "", seg.size(), 0};
+      if (!kept.emplace(it.meta.name, std::move(seg)).second)
+        fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded '{}' twice in one pass", it.meta.name);
+    } else {
+      auto e = cuda::export_pointer(static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset);
+      h = Handle{"cuda", "", e.handle_b64, e.allocation_size, e.offset};
+      devices.push_back(it.cuda_device);
+    }
+    mine.push_back({{key_for(it.cuda_device), h.to_json()}});
+    params.push_back(std::move(it.meta));
+  }
+  by_name_ = std::move(kept);  // segments of tensors that left the model are dropped here
+  for (int d : devices) cuda::synchronize(d);  // the producer's kernels are done before export
+  auto merged = gather_and_merge(mine, params);
+  if (sender_) {
+    client_.start_weight_update();
+    auto update = describe(params);
+    update["ipc_handles"] = merged;
+    in_flight_ = std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); });
+  }
+  sync_one();
+}
+
+IpcTrainer::Buffer& IpcTrainer::buffer_for(std::size_t index, int cuda_device) {
+  if (buffers_.size() <= index) buffers_.resize(index + 1);
+  Buffer& b = buffers_[index];
+  bool fits = cuda_device < 0 ? b.shm != nullptr : (b.device != nullptr && b.cuda_device == cuda_device);
+  if (!fits) {
+    b = Buffer{};
+    auto size = static_cast<std::size_t>(info_.packed_buffer_size_bytes);
+    if (cuda_device < 0) b.shm = std::make_unique<ShmSegment>(ShmSegment::create(size));
+    else b.device = std::make_unique<cuda::DeviceBuffer>(cuda_device, size);
+    b.cuda_device = cuda_device;
+    log_.debug("allocated packed buffer {} ({} bytes, {})", index, size, cuda_device < 0 ? "host" : "cuda");
+  }
+  return b;
+}
+
+void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
+  const auto n_buffers = static_cast<int64_t>(info_.packed_num_buffers);
+  const auto capacity = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
+  Chunk chunk;
+  wt_tensor t{};
+  while (pass.next(&t)) {
+    check_not_aborted();
+    Item it = describe_tensor(t);
+    if (it.nbytes > capacity)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "tensor '{}' has {} bytes, more than packed_buffer_size_bytes={}; raise "
+           "packed_buffer_size_bytes to at least {}", it.meta.name, it.nbytes, capacity, it.nbytes);
+    if (!chunk.params.empty() && (chunk.cuda_device != it.cuda_device || chunk.used + it.nbytes > capacity)) {
+      flush(chunk, static_cast<std::size_t>(sent_ % n_buffers));
+      chunk = Chunk{};
+    }
+    if (chunk.params.empty()) {
+      // The buffer this chunk reuses must no longer be read by any worker.
+      while (sent_ - n_buffers >= completed_) sync_one();
+      chunk.cuda_device = it.cuda_device;
+    }
+    Buffer& b = buffer_for(static_cast<std::size_t>(sent_ % n_buffers), it.cuda_device);
+    const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
+    if (it.cuda_device < 0) copy_host(b.data() + chunk.used, t.tensor, it.nbytes);
+    else cuda::copy(b.data() + chunk.used, src, it.nbytes);
+    chunk.used += it.nbytes;
+    chunk.sizes.push_back(it.nbytes);
+    chunk.params.push_back(std::move(it.meta));
+  }
+  if (!chunk.params.empty()) flush(chunk, static_cast<std::size_t>(sent_ % n_buffers));
+  while (completed_ < sent_) sync_one();
+}
+
+void IpcTrainer::flush(Chunk& chunk, std::size_t index) {
+  Buffer& b = buffers_.at(index);
+  if (b.cuda_device >= 0) cuda::synchronize(b.cuda_device);
+  if (completed_ < sent_) sync_one();  // one update in flight at a time, in order
+  Handle h;
+  if (b.shm) {
+    h = Handle{"shm", b.shm->name(), "", b.shm->size(), 0};
+  } else {
+    auto e = cuda::export_pointer(b.device->data());
+    h = Handle{"cuda", "", e.handle_b64, e.allocation_size, e.offset};
+  }
+  auto merged = gather_and_merge({nlohmann::json{{key_for(b.cuda_device), h.to_json()}}}, chunk.params);
+  if (sender_) {
+    auto update = describe(chunk.params);
+    update["tensor_sizes"] = chunk.sizes;
+    update["ipc_handles"] = merged.at(0);
+    in_flight_ = std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); });
+  }
+  ++sent_;
+}
+
+void IpcTrainer::sync_one() {
+  std::string status = "-";  // non-senders have nothing to report
+  std::exception_ptr failure;
+  if (sender_) {
+    status = "ok";
+    try {
+      if (in_flight_) {
+        in_flight_->wait(aborted_);
+        in_flight_.reset();
+      }
+    } catch (const sdk::Error& e) {
+      update_failed_ = e.code() != WT_ERR_ABORTED;
+      status = std::string("fail:") + e.what();
+      failure = std::current_exception();
+    }
+  }
+  if (group_.size() > 1) {
+    for (const auto& s : group_.all_gather(status)) {
+      if (s == "-") continue;
+      status = s;
+    }
+  }
+  if (status.rfind("fail:", 0) == 0 && completed_ == 0) first_update_failed_ = true;
+  if (failure) std::rethrow_exception(failure);
+  if (status.rfind("fail:", 0) == 0)
+    fail(WT_ERR_REMOTE, "the sending trainer rank's update failed: {}", status.substr(5));
+  // Every worker has mapped what that update named: the names can go from /dev/shm now.
+  if (info_.packed) {
+    auto& b = buffers_.at(static_cast<std::size_t>(completed_ % info_.packed_num_buffers));
+    if (b.shm) b.shm->unlink();
+  } else {
+    for (auto& [name, seg] : by_name_) seg.unlink();
+  }
+  ++completed_;
+}
+
+std::vector<nlohmann::json> IpcTrainer::gather_and_merge(const std::vector<nlohmann::json>& mine,
+                                                         const std::vector<ParamMeta>& params) {
+  if (group_.size() == 1) return mine;
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& p : params) names.push_back(p.name);
+  nlohmann::json payload = {{"sender", sender_}, {"names", names}, {"handles", mine}};
+  auto all = group_.all_gather(payload.dump());
+  if (!sender_) return {};
+  std::vector<nlohmann::json> merged = mine;  // the sender's own handles win on shared keys
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    auto other = nlohmann::json::parse(all[r]);
+    if (other["sender"].get<bool>()) continue;
+    if (other["names"] != names)
+      fail(WT_ERR_STATE,
+           "trainer group rank {} iterated different parameters than the sender ({} vs {} tensors in "
+           "this batch); every rank must yield the same names in the same order", r,
+           other["names"].size(), names.size());
+    const auto& handles = other["handles"];
+    for (std::size_t i = 0; i < merged.size(); ++i)
+      for (auto it = handles[i].begin(); it != handles[i].end(); ++it)
+        if (!merged[i].contains(it.key())) merged[i][it.key()] = it.value();
+  }
+  return merged;
+}
+
+}  // namespace wt::ipc

@@ -1,0 +1,73 @@
+// The ipc trainer engine: colocated sender. See ipc_wire.hpp for what goes on the wire.
+#pragma once
+
+#include "async_rpc.hpp"
+#include "cuda_ipc.hpp"
+#include "ipc_init_info.hpp"
+#include "shm_segment.hpp"
+
+#include <wt/sdk/plugin.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace wt::ipc {
+
+class IpcTrainer final : public sdk::TrainerBase {
+ public:
+  IpcTrainer(const wt_host_api* host, const IpcInitInfo& info, sdk::ClientRef client,
+             sdk::SourceRef source, sdk::GroupRef group);
+  ~IpcTrainer() override;
+  void send_weights(const wt_send_args& args) override;
+  void abort() override { aborted_ = true; }
+
+ private:
+  // One packed buffer: host shared memory or a CUDA allocation.
+  struct Buffer {
+    std::unique_ptr<ShmSegment> shm;
+    std::unique_ptr<cuda::DeviceBuffer> device;
+    int cuda_device = -1;  // -1: host
+    unsigned char* data() const { return shm ? shm->data() : device->data(); }
+    std::size_t size() const { return shm ? shm->size() : device->size(); }
+  };
+  struct Chunk {
+    int cuda_device = -1;
+    std::vector<ParamMeta> params;
+    std::vector<uint64_t> sizes;
+    uint64_t used = 0;
+  };
+
+  void round(const wt_send_args& args);
+  void send_unpacked(sdk::SourceRef::Pass& pass);
+  void send_packed(sdk::SourceRef::Pass& pass);
+  void flush(Chunk& chunk, std::size_t buffer_index);
+  // Waits for the in-flight update, tells every rank how it went, and releases what it used.
+  void sync_one();
+  Buffer& buffer_for(std::size_t index, int cuda_device);
+  // Every rank's handle maps, merged at the sender (its own first, then other ranks in order).
+  std::vector<nlohmann::json> gather_and_merge(const std::vector<nlohmann::json>& mine,
+                                               const std::vector<ParamMeta>& params);
+  void release_all();
+  void check_not_aborted() const;
+
+  sdk::HostLog log_;
+  IpcInitInfo info_;
+  sdk::ClientRef client_;
+  sdk::SourceRef source_;
+  sdk::GroupRef group_;
+  bool sender_;
+  std::atomic<bool> aborted_{false};
+
+  std::vector<Buffer> buffers_;                 // packed mode, by index
+  std::map<std::string, ShmSegment> by_name_;  // unpacked host tensors, reused across rounds
+  std::unique_ptr<AsyncRpc> in_flight_;
+  std::vector<std::unique_ptr<AsyncRpc>> parked_;  // failed rounds' RPC threads; joined at destroy
+  int64_t sent_ = 0, completed_ = 0;               // packed chunks launched / confirmed this round
+  bool update_failed_ = false;        // the update RPC itself failed (the worker ended its session)
+  bool first_update_failed_ = false;  // ... and it was the round's first update
+  int64_t rounds_ok_ = 0;
+};
+
+}  // namespace wt::ipc

@@ -1,0 +1,181 @@
+#include "ipc_wire.hpp"
+
+#include <wt/dtype.hpp>
+#include <wt/sdk/json_fields.hpp>
+
+#include <fmt/ranges.h>
+
+#include <set>
+
+namespace wt::ipc {
+
+using sdk::fail;
+
+nlohmann::json Handle::to_json() const {
+  if (kind == "shm") return {{"kind", kind}, {"name", name}, {"size", size}, {"offset", offset}};
+  return {{"kind", kind}, {"handle", cuda_handle}, {"size", size}, {"offset", offset}};
+}
+
+nlohmann::json describe(const std::vector<ParamMeta>& params) {
+  auto names = nlohmann::json::array(), dtypes = nlohmann::json::array(), shapes = nlohmann::json::array();
+  for (const auto& p : params) {
+    names.push_back(p.name);
+    dtypes.push_back(std::string(torch_name(p.dtype)));
+    shapes.push_back(p.shape);
+  }
+  return {{"names", names}, {"dtype_names", dtypes}, {"shapes", shapes}};
+}
+
+UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
+  const std::string what = "update_info for backend 'ipc'";
+  if (j.is_object() && j.contains("wt_abort_round"))
+    fail(WT_ERR_ABORTED, "the trainer abandoned this round: {}",
+         j["wt_abort_round"].is_string() ? j["wt_abort_round"].get<std::string>() : j["wt_abort_round"].dump());
+  sdk::FieldReader r(j, what);
+  if (r.has("ipc_handles_pickled") && !r.raw("ipc_handles_pickled").is_null())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: field 'ipc_handles_pickled' is refused: wt never unpickles; send JSON "
+         "'ipc_handles'", what);
+  r.allow("ipc_handles_pickled");
+  UpdateInfo u;
+  u.packed = packed;
+  auto names = r.get_string_list("names");
+  auto dtype_names = r.get_string_list("dtype_names");
+  auto shapes = r.get_int_list_list("shapes");
+  if (dtype_names.size() != names.size())
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names' has {} entries but 'names' has {}", what,
+         dtype_names.size(), names.size());
+  if (shapes.size() != names.size())
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'shapes' has {} entries but 'names' has {}", what,
+         shapes.size(), names.size());
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names[{}]' is empty", what, i);
+    if (!seen.insert(names[i]).second)
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names' lists '{}' twice", what, names[i]);
+    auto dt = dtype_from_torch_name(dtype_names[i]);
+    if (!dt)
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names[{}]' is '{}', not a dtype wt knows", what, i,
+           dtype_names[i]);
+    uint64_t numel = 0;
+    if (!checked_numel(shapes[i].data(), static_cast<int32_t>(shapes[i].size()), &numel))
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'shapes[{}]' {} has a negative or overflowing dimension",
+           what, i, nlohmann::json(shapes[i]).dump());
+    u.params.push_back({names[i], *dt, shapes[i]});
+    u.nbytes.push_back(numel * element_size(*dt));
+  }
+  if (!r.has("ipc_handles") || r.raw("ipc_handles").is_null())
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field 'ipc_handles'", what);
+  const auto& handles = r.raw("ipc_handles");
+  if (packed) {
+    if (!handles.is_object())
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid {}: field 'ipc_handles' must be one object (the buffer's handles) because the "
+           "trainer initialised packed=true, got {}", what, sdk::json_type_name(handles));
+    if (!r.has("tensor_sizes") || r.raw("tensor_sizes").is_null())
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field 'tensor_sizes' (required when packed)", what);
+    auto sizes = r.get_int_list("tensor_sizes");
+    if (sizes.size() != names.size())
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'tensor_sizes' has {} entries but 'names' has {}", what,
+           sizes.size(), names.size());
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      if (sizes[i] < 0 || static_cast<uint64_t>(sizes[i]) != u.nbytes[i])
+        fail(WT_ERR_INVALID_ARGUMENT,
+             "invalid {}: 'tensor_sizes[{}]' is {} bytes, but '{}' is {} {} = {} bytes", what, i,
+             sizes[i], names[i], dtype_names[i], nlohmann::json(shapes[i]).dump(), u.nbytes[i]);
+    u.handle_maps.push_back(handles);
+  } else {
+    if (r.has("tensor_sizes") && !r.raw("tensor_sizes").is_null())
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid {}: field 'tensor_sizes' is only for packed updates, and the trainer "
+           "initialised packed=false", what);
+    r.allow("tensor_sizes");
+    if (!handles.is_array())
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid {}: field 'ipc_handles' must be a list with one object per tensor because the "
+           "trainer initialised packed=false, got {}", what, sdk::json_type_name(handles));
+    if (handles.size() != names.size())
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles' has {} entries but 'names' has {}", what,
+           handles.size(), names.size());
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      if (!handles[i].is_object())
+        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles[{}]' must be an object, got {}", what, i,
+             sdk::json_type_name(handles[i]));
+      u.handle_maps.push_back(handles[i]);
+    }
+  }
+  r.finish();
+  return u;
+}
+
+Handle select_handle(const nlohmann::json& map, const std::string& key, const std::string& what) {
+  auto it = map.find(key);
+  if (it == map.end()) {
+    std::vector<std::string> keys;
+    for (auto k = map.begin(); k != map.end(); ++k) keys.push_back(k.key());
+    fail(WT_ERR_NOT_FOUND, "IPC handle not found for {} in {}. Available: [{}]", key, what,
+         fmt::join(keys, ", "));
+  }
+  sdk::FieldReader r(*it, what + " handle '" + key + "'");
+  Handle h;
+  h.kind = r.get_string("kind");
+  int64_t size = r.get_int("size"), offset = r.get_int("offset");
+  if (size < 0 || offset < 0)
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'size' and 'offset' must be >= 0", r.what());
+  h.size = static_cast<uint64_t>(size);
+  h.offset = static_cast<uint64_t>(offset);
+  if (h.kind == "shm") {
+    h.name = r.get_string("name");
+  } else if (h.kind == "cuda") {
+    h.cuda_handle = r.get_string("handle");
+  } else {
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'kind' is '{}', expected 'shm' or 'cuda'", r.what(), h.kind);
+  }
+  r.finish();
+  return h;
+}
+
+namespace {
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}
+
+std::string base64_encode(const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::string out;
+  for (std::size_t i = 0; i < n; i += 3) {
+    uint32_t v = p[i] << 16;
+    if (i + 1 < n) v |= p[i + 1] << 8;
+    if (i + 2 < n) v |= p[i + 2];
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += i + 1 < n ? kB64[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? kB64[v & 63] : '=';
+  }
+  return out;
+}
+
+std::string base64_decode(const std::string& text, const std::string& what) {
+  if (text.size() % 4 != 0) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: not standard base64", what);
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); i += 4) {
+    uint32_t v = 0;
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      char c = text[i + k];
+      const char* pos = c == '=' ? nullptr : std::strchr(kB64, c);
+      if (c == '=' && i + 4 == text.size() && k >= 2) {
+        ++pad;
+        v <<= 6;
+        continue;
+      }
+      if (pos == nullptr || c == '\0' || pad) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: not standard base64", what);
+      v = (v << 6) | static_cast<uint32_t>(pos - kB64);
+    }
+    out += static_cast<char>((v >> 16) & 255);
+    if (pad < 2) out += static_cast<char>((v >> 8) & 255);
+    if (pad < 1) out += static_cast<char>(v & 255);
+  }
+  return out;
+}
+
+}  // namespace wt::ipc

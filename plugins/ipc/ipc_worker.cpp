@@ -1,0 +1,101 @@
+#include "ipc_worker.hpp"
+
+#include "ipc_wire.hpp"
+
+#include <sys/mman.h>
+
+namespace wt::ipc {
+
+using sdk::fail;
+
+IpcWorker::IpcWorker(const wt_host_api* host, const nlohmann::json& init_info,
+                     const wt_worker_options& options)
+    : log_(host, "[ipc] "), device_(options.device) {
+  sdk::FieldReader r(init_info, "init_info for backend 'ipc' (worker)");
+  packed_ = r.opt_bool("packed", false);
+  r.finish();
+  if (device_.device_type == kDLCPU) key_ = kHostKey;
+  else if (device_.device_type == kDLCUDA) key_ = cuda::device_uuid(device_.device_id);
+  else fail(WT_ERR_UNSUPPORTED, "the ipc worker loads into host (kDLCPU) or CUDA (kDLCUDA) memory, not "
+            "DLPack device type {}", static_cast<int>(device_.device_type));
+  sweep_orphaned_segments();
+  log_.debug("worker ready: packed={}, handle key {}", packed_, key_);
+}
+
+void IpcWorker::start() {
+  if (active_) fail(WT_ERR_STATE, "a weight update is already active; call finish first");
+  active_ = true;
+  used_this_round_.clear();
+  sweep_orphaned_segments();
+}
+
+unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::string& what) {
+  if (h.offset > h.size || need > h.size - h.offset)
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: {} bytes at offset {} do not fit in a {}-byte {} allocation",
+         what, need, h.offset, h.size, h.kind);
+  if (h.kind == "shm") {
+    if (device_.device_type != kDLCPU)
+      fail(WT_ERR_INCOMPATIBLE, "invalid {}: a host-memory handle was selected for a CUDA worker", what);
+    auto it = shm_.find(h.name);
+    if (it == shm_.end() || it->second.size() < h.size)
+      it = shm_.insert_or_assign(h.name, ShmSegment::open(h.name, h.size)).first;
+    used_this_round_.insert(h.name);
+    return it->second.data() + h.offset;
+  }
+  if (device_.device_type != kDLCUDA)
+    fail(WT_ERR_INCOMPATIBLE, "invalid {}: a CUDA handle was selected for a host-memory worker", what);
+  auto it = cuda_.find(h.cuda_handle);
+  if (it == cuda_.end())
+    it = cuda_.emplace(h.cuda_handle, std::make_unique<cuda::Imported>(h.cuda_handle, device_.device_id)).first;
+  return it->second->base() + h.offset;
+}
+
+void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void* load_ctx) {
+  if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
+  UpdateInfo u = parse_update_info(update_info, packed_);
+  // Resolve and map everything first: a rejected update loads nothing.
+  std::vector<unsigned char*> data(u.params.size());
+  if (u.packed) {
+    uint64_t total = 0;
+    for (auto n : u.nbytes) total += n;
+    Handle h = select_handle(u.handle_maps.at(0), key_, "ipc_handles");
+    unsigned char* base = map_handle(h, total, "ipc_handles");
+    uint64_t off = 0;
+    for (std::size_t i = 0; i < u.params.size(); ++i, off += u.nbytes[i - 1]) data[i] = base + off;
+  } else {
+    for (std::size_t i = 0; i < u.params.size(); ++i) {
+      std::string what = "ipc_handles[" + std::to_string(i) + "] ('" + u.params[i].name + "')";
+      data[i] = map_handle(select_handle(u.handle_maps[i], key_, what), u.nbytes[i], what);
+    }
+  }
+  std::vector<wt_tensor> tensors(u.params.size());
+  for (std::size_t i = 0; i < u.params.size(); ++i) {
+    auto& p = u.params[i];
+    tensors[i].name = p.name.c_str();
+    tensors[i].tensor = DLTensor{data[i], device_, static_cast<int32_t>(p.shape.size()), p.dtype,
+                                 p.shape.data(), nullptr, 0};
+  }
+  if (!tensors.empty()) {
+    char err[sdk::kErrCap] = {0};
+    wt_status s = load(load_ctx, tensors.data(), tensors.size(), err, sizeof err);
+    if (s != WT_OK) fail(s, "the load callback failed: {}", err[0] ? err : "no reason given");
+  }
+  // A trainer killed mid-round cannot unlink what it created; the last user does.
+  for (const auto& name : used_this_round_)
+    if (segment_creator_dead(name)) shm_unlink(name.c_str());
+}
+
+void IpcWorker::finish() {
+  if (!active_) fail(WT_ERR_STATE, "finish called with no active weight update");
+  active_ = false;
+  for (auto it = shm_.begin(); it != shm_.end();)
+    it = used_this_round_.count(it->first) ? std::next(it) : shm_.erase(it);
+  cuda_.clear();
+}
+
+void IpcWorker::abort() {
+  active_ = false;
+  cuda_.clear();
+}
+
+}  // namespace wt::ipc

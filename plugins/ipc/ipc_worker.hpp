@@ -1,0 +1,39 @@
+// The ipc worker engine: maps the handles an update names, validates the whole update, then
+// hands the tensors to the load callback. Host mappings are cached by segment name across
+// rounds (the trainer reuses its buffers and unlinks their names once mapped); a mapping not used
+// in a round is released at that round's finish. CUDA handles are closed at finish.
+#pragma once
+
+#include "cuda_ipc.hpp"
+#include "shm_segment.hpp"
+
+#include <wt/sdk/plugin.hpp>
+
+#include <map>
+#include <memory>
+#include <set>
+
+namespace wt::ipc {
+
+class IpcWorker final : public sdk::WorkerBase {
+ public:
+  IpcWorker(const wt_host_api* host, const nlohmann::json& init_info, const wt_worker_options& options);
+  void start() override;
+  void receive(const nlohmann::json& update_info, wt_load_fn load, void* load_ctx) override;
+  void finish() override;
+  void abort() override;
+
+ private:
+  unsigned char* map_handle(const struct Handle& h, uint64_t need, const std::string& what);
+
+  sdk::HostLog log_;
+  bool packed_ = false;
+  DLDevice device_{};
+  std::string key_;  // "cpu" or this GPU's UUID
+  bool active_ = false;
+  std::map<std::string, ShmSegment> shm_;  // by segment name
+  std::set<std::string> used_this_round_;
+  std::map<std::string, std::unique_ptr<cuda::Imported>> cuda_;  // by handle
+};
+
+}  // namespace wt::ipc

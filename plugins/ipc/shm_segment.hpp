@@ -1,0 +1,52 @@
+// POSIX shared-memory segments for host-memory tensors.
+//
+// Names are /wt-<pid>-<starttime>-<128 random bits>: unguessable, and they identify the creating
+// process, so a segment whose creator died (SIGKILL) can be recognised and removed by any later
+// wt process on the host (sweep_orphaned_segments). Segments are created 0600 with O_EXCL.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace wt::ipc {
+
+class ShmSegment {
+ public:
+  // Creates and maps a new read-write segment of `size` bytes (size 0 is rounded up to 1).
+  static ShmSegment create(std::size_t size);
+  // Maps an existing segment read-only; throws wt::sdk::Error (WT_ERR_NOT_FOUND if it is gone).
+  static ShmSegment open(const std::string& name, std::size_t expected_size);
+
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& o) noexcept;
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  ~ShmSegment();  // unmaps; unlinks too if this process created it and has not unlinked yet
+
+  const std::string& name() const { return name_; }
+  std::size_t size() const { return size_; }
+  unsigned char* data() const { return static_cast<unsigned char*>(addr_); }
+  bool linked() const { return owner_ && !unlinked_; }
+  // Removes the name from /dev/shm; the mapping stays valid. Idempotent.
+  void unlink();
+
+ private:
+  std::string name_;
+  void* addr_ = nullptr;
+  std::size_t size_ = 0;
+  bool owner_ = false;
+  bool unlinked_ = false;
+};
+
+// True when `name` is a wt segment whose creating process no longer exists.
+bool segment_creator_dead(const std::string& name);
+
+// Unlinks every wt segment in /dev/shm whose creator is dead. Returns how many were removed.
+int sweep_orphaned_segments();
+
+// The wt segments currently in /dev/shm (names without the leading '/'), for tests and tools.
+std::vector<std::string> list_wt_segments();
+
+}  // namespace wt::ipc

@@ -1,0 +1,443 @@
+// The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
+// in-process client, strict update_info validation, and shared-memory hygiene.
+#include <wt/checksum.hpp>
+#include <wt/receiver.hpp>
+#include <wt/wt.hpp>
+
+#include "support/recording_client.hpp"
+#include "support/shm.hpp"
+#include "support/vector_source.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+namespace wt {
+namespace {
+
+constexpr DLDataType kF32{kDLFloat, 32, 1}, kBF16{kDLBfloat, 16, 1}, kF16{kDLFloat, 16, 1},
+    kI64{kDLInt, 64, 1};
+
+InitInfo ipc_info(int rank, bool packed, int64_t buffer = 1 << 20, int buffers = 2) {
+  return InitInfo::from_object({{"backend", "ipc"},
+                                {"rank", rank},
+                                {"packed", packed},
+                                {"packed_buffer_size_bytes", buffer},
+                                {"packed_num_buffers", buffers}});
+}
+
+// ~200 tensors of mixed dtypes and shapes, a small LLM-like layout.
+void fill_model(test::VectorSource& s, int layers = 40) {
+  s.add("model.embed_tokens.weight", kBF16, {512, 64}, 1);
+  for (int l = 0; l < layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    s.add(p + "self_attn.qkv_proj.weight", kBF16, {192, 64}, 10 * l + 1);
+    s.add(p + "self_attn.o_proj.weight", kF16, {64, 64}, 10 * l + 2);
+    s.add(p + "mlp.gate_up_proj.weight", kF32, {128, 64}, 10 * l + 3);
+    s.add(p + "input_layernorm.weight", kF32, {64}, 10 * l + 4);
+    s.add(p + "step", kI64, {}, 10 * l + 5);
+  }
+  s.add("lm_head.weight", kBF16, {512, 64}, 7);
+}
+
+void expect_same_bytes(test::VectorSource& s, const Receiver& r) {
+  ASSERT_EQ(r.names().size(), s.tensors().size());
+  for (auto& t : s.tensors()) {
+    auto got = r.bytes_of(t.name);
+    ASSERT_TRUE(got.has_value()) << t.name;
+    ASSERT_EQ(*got, t.bytes) << t.name;
+  }
+}
+
+std::string receiver_error(Receiver& r, const json& update) {
+  try {
+    r.update_weights(update);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(IpcTrainer, RequiresAWeightSource) {
+  test::RecordingClient client;
+  try {
+    trainer_init(ipc_info(0, false), client, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("requires a weight source"));
+  }
+  EXPECT_TRUE(client.calls().empty());
+}
+
+TEST(IpcTrainer, InitShipsExactlyPackedToTheWorker) {
+  for (bool packed : {false, true}) {
+    test::RecordingClient client;
+    test::VectorSource source;
+    auto engine = trainer_init(ipc_info(0, packed), client, &source);
+    auto calls = client.calls();
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].method, "init");
+    EXPECT_EQ(json::parse(calls[0].payload), json({{"packed", packed}}));
+  }
+}
+
+TEST(IpcTrainer, NonSenderMakesNoRpc) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  fill_model(source, 2);
+  auto engine = trainer_init(ipc_info(1, false), client, &source);
+  engine->send_weights();
+  EXPECT_TRUE(client.calls().empty());
+  EXPECT_EQ(source.passes(), 1) << "non-senders still iterate their source";
+}
+
+TEST(IpcTrainer, UnpackedRoundIsStartOneUpdateFinish) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  source.add("a", kF32, {2, 3}, 1);
+  source.add("b", kBF16, {4}, 2);
+  auto engine = trainer_init(ipc_info(0, false), client, &source);
+  SendOptions opts;
+  opts.weight_version = "step-1";
+  engine->send_weights(opts);
+  auto calls = client.calls();
+  ASSERT_EQ(client.methods(), (std::vector<std::string>{"init", "start", "update", "finish"}));
+  auto u = json::parse(calls[2].payload);
+  EXPECT_EQ(u["names"], json({"a", "b"}));
+  EXPECT_EQ(u["dtype_names"], json({"float32", "bfloat16"}));
+  EXPECT_EQ(u["shapes"], json({{2, 3}, {4}}));
+  ASSERT_EQ(u["ipc_handles"].size(), 2u);
+  auto h = u["ipc_handles"][0]["cpu"];
+  EXPECT_EQ(h["kind"], "shm");
+  EXPECT_EQ(h["size"], 24);
+  EXPECT_EQ(h["offset"], 0);
+  EXPECT_THAT(h["name"].get<std::string>(), HasSubstr("/wt-" + std::to_string(getpid()) + "-"));
+  EXPECT_FALSE(u.contains("packed"));
+  EXPECT_FALSE(u.contains("tensor_sizes"));
+  EXPECT_EQ(calls[3].payload, "step-1");
+}
+
+TEST(IpcTrainer, PackedRoundIsOneUpdatePerBufferInsideOneBracket) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  for (int i = 0; i < 10; ++i) source.add("t" + std::to_string(i), kF32, {100}, i);  // 400 B each
+  auto engine = trainer_init(ipc_info(0, true, 1000), client, &source);            // 2 per buffer
+  engine->send_weights();
+  EXPECT_EQ(client.methods(), (std::vector<std::string>{"init", "start", "update", "update", "update",
+                                                        "update", "update", "finish"}));
+  std::set<std::string> segments;
+  for (auto& c : client.calls()) {
+    if (c.method != "update") continue;
+    auto u = json::parse(c.payload);
+    EXPECT_EQ(u["tensor_sizes"], json({400, 400}));
+    EXPECT_TRUE(u["ipc_handles"].is_object());
+    EXPECT_EQ(u["ipc_handles"]["cpu"]["size"], 1000);
+    segments.insert(u["ipc_handles"]["cpu"]["name"]);
+  }
+  EXPECT_EQ(segments.size(), 2u) << "two buffers in rotation";
+}
+
+TEST(IpcTrainer, TensorLargerThanTheBufferNamesItAndBothSizes) {
+  Receiver receiver({"ipc"});
+  InProcessClient client(receiver);
+  test::VectorSource source;
+  source.add("small", kF32, {10}, 1);
+  source.add("model.huge.weight", kF32, {1000}, 2);
+  auto engine = trainer_init(ipc_info(0, true, 1024), client, &source);
+  try {
+    engine->send_weights();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("'model.huge.weight' has 4000 bytes"));
+    EXPECT_THAT(e.what(), HasSubstr("packed_buffer_size_bytes=1024"));
+  }
+  EXPECT_FALSE(receiver.session_active()) << "the abandoned round must not leave a session open";
+  EXPECT_TRUE(receiver.names().empty()) << "nothing of the failed round may be committed";
+  EXPECT_TRUE(test::wt_segments_of().empty());
+}
+
+class IpcSync : public ::testing::TestWithParam<bool> {};
+
+TEST_P(IpcSync, ByteExactOverSeveralRoundsAndNoSegmentLeft) {
+  const bool packed = GetParam();
+  Receiver receiver({"ipc"});
+  InProcessClient client(receiver);
+  test::VectorSource source;
+  fill_model(source);
+  ASSERT_GE(source.tensors().size(), 200u);
+  auto engine = trainer_init(ipc_info(0, packed, 64 << 10, 2), client, &source);
+  for (int round = 0; round < 4; ++round) {
+    SendOptions opts;
+    opts.weight_version = "step-" + std::to_string(round);
+    engine->send_weights(opts);
+    expect_same_bytes(source, receiver);
+    EXPECT_EQ(receiver.weight_version(), "step-" + std::to_string(round));
+    EXPECT_TRUE(test::wt_segments_of().empty()) << "segments stay linked after round " << round;
+    source.perturb(round);
+  }
+  EXPECT_EQ(source.ends(), 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcSync, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
+
+TEST(IpcSync, StridedHostTensorArrivesContiguous) {
+  Receiver receiver({"ipc"});
+  InProcessClient client(receiver);
+  struct Transposed : test::VectorSource {
+    std::vector<float> data{1, 2, 3, 4, 5, 6};  // 2x3 row-major; sent as its 3x2 transpose
+    std::vector<int64_t> shape{3, 2}, strides{1, 3};
+    std::vector<ParamMeta> meta{{"t", kF32, {3, 2}}};
+    const std::vector<ParamMeta>& metadata() override { return meta; }
+    int i = 0;
+    void begin() override { i = 0; }
+    bool next(wt_tensor& out) override {
+      if (i++) return false;
+      out.name = "t";
+      out.tensor = DLTensor{data.data(), {kDLCPU, 0}, 2, kF32, shape.data(), strides.data(), 0};
+      return true;
+    }
+  } source;
+  for (bool packed : {false, true}) {
+    auto engine = trainer_init(ipc_info(0, packed), client, &source);
+    engine->send_weights();
+    auto got = receiver.bytes_of("t");
+    ASSERT_TRUE(got);
+    std::vector<float> f(6);
+    std::memcpy(f.data(), got->data(), 24);
+    EXPECT_EQ(f, (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  }
+}
+
+// ---- the worker's strict parsing: every malformed update is rejected and changes nothing ----
+
+class IpcMalformed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    source_.add("w", kF32, {4}, 1);
+    source_.add("b", kBF16, {2, 2}, 2);
+    // The first round goes through for real, so the worker holds the trainer's segments.
+    engine_ = trainer_init(ipc_info(0, false), recorder_, &source_);
+    SendOptions v1;
+    v1.weight_version = "v1";
+    engine_->send_weights(v1);
+    good_ = json::parse(recorder_.calls()[2].payload);
+    before_ = receiver_.checksums();
+    ASSERT_EQ(before_.size(), 2u);
+  }
+  // Sends `bad` in a fresh session and expects it refused with `part`, weights unchanged.
+  void expect_rejected(const json& bad, const std::string& part) {
+    receiver_.start_weight_update();
+    std::string err = receiver_error(receiver_, bad);
+    EXPECT_THAT(err, HasSubstr(part)) << bad.dump();
+    EXPECT_FALSE(receiver_.session_active()) << "a failed update ends the session";
+    EXPECT_EQ(receiver_.checksums(), before_);
+    EXPECT_EQ(receiver_.weight_version(), "v1");
+  }
+  Receiver receiver_{{"ipc"}};
+  InProcessClient inproc_{receiver_};
+  test::RecordingClient recorder_{&inproc_};
+  test::VectorSource source_;
+  std::unique_ptr<TrainerEngine> engine_;
+  json good_;
+  std::map<std::string, std::string> before_;
+};
+
+TEST_F(IpcMalformed, MismatchedListLengths) {
+  auto u = good_;
+  u["dtype_names"].push_back("float32");
+  expect_rejected(u, "'dtype_names' has 3 entries but 'names' has 2");
+  u = good_;
+  u["shapes"].erase(1);
+  expect_rejected(u, "'shapes' has 1 entries but 'names' has 2");
+  u = good_;
+  u["ipc_handles"].erase(0);
+  expect_rejected(u, "'ipc_handles' has 1 entries but 'names' has 2");
+}
+
+TEST_F(IpcMalformed, UnknownKey) {
+  auto u = good_;
+  u["packed"] = false;
+  expect_rejected(u, "unknown field 'packed'");
+}
+
+TEST_F(IpcMalformed, MissingHandles) {
+  auto u = good_;
+  u.erase("ipc_handles");
+  expect_rejected(u, "missing field 'ipc_handles'");
+}
+
+TEST_F(IpcMalformed, PickledHandlesAreRefused) {
+  auto u = good_;
+  u.erase("ipc_handles");
+  u["ipc_handles_pickled"] = "gASVAAAAAAAAAAB9lC4=";
+  expect_rejected(u, "'ipc_handles_pickled' is refused");
+}
+
+TEST_F(IpcMalformed, SizeThatDoesNotMatchTheShape) {
+  auto u = good_;
+  u["shapes"][0] = json({4, 4});  // 64 bytes claimed from a 16-byte segment
+  expect_rejected(u, "64 bytes at offset 0 do not fit in a 16-byte shm allocation");
+}
+
+TEST_F(IpcMalformed, UnknownDtype) {
+  auto u = good_;
+  u["dtype_names"][1] = "float8_e4m3";
+  expect_rejected(u, "'dtype_names[1]' is 'float8_e4m3'");
+}
+
+TEST_F(IpcMalformed, WrongTypes) {
+  auto u = good_;
+  u["shapes"][0] = json({"4"});
+  expect_rejected(u, "'shapes[0][0]' must be an integer");
+  u = good_;
+  u["names"] = "w";
+  expect_rejected(u, "field 'names' must be a list of strings");
+}
+
+TEST_F(IpcMalformed, DuplicateName) {
+  auto u = good_;
+  u["names"][1] = "w";
+  expect_rejected(u, "lists 'w' twice");
+}
+
+TEST_F(IpcMalformed, HandleForAnotherDeviceListsTheKeysPresent) {
+  auto u = good_;
+  u["ipc_handles"][1] = json{{"GPU-00000000-0000-0000-0000-000000000000", u["ipc_handles"][1]["cpu"]}};
+  expect_rejected(u, "IPC handle not found for cpu in ipc_handles[1] ('b'). Available: "
+                     "[GPU-00000000-0000-0000-0000-000000000000]");
+}
+
+TEST_F(IpcMalformed, PackedFormWhenTheTrainerSaidUnpacked) {
+  auto u = good_;
+  u["ipc_handles"] = u["ipc_handles"][0];
+  expect_rejected(u, "must be a list with one object per tensor because the trainer initialised packed=false");
+  u = good_;
+  u["tensor_sizes"] = json({16, 8});
+  expect_rejected(u, "'tensor_sizes' is only for packed updates");
+}
+
+TEST_F(IpcMalformed, SegmentThatDoesNotExist) {
+  auto u = good_;
+  u["ipc_handles"][1]["cpu"]["name"] = "/wt-1-1-00000000000000000000000000000000";
+  expect_rejected(u, "does not exist");
+}
+
+TEST_F(IpcMalformed, NotAWtSegmentName) {
+  auto u = good_;
+  u["ipc_handles"][0]["cpu"]["name"] = "/../etc/passwd";
+  expect_rejected(u, "is not a wt shared-memory segment name");
+}
+
+TEST_F(IpcMalformed, BadHandleFields) {
+  auto u = good_;
+  u["ipc_handles"][0]["cpu"]["kind"] = "tcp";
+  expect_rejected(u, "field 'kind' is 'tcp'");
+  u = good_;
+  u["ipc_handles"][0]["cpu"]["offset"] = 8;
+  expect_rejected(u, "16 bytes at offset 8 do not fit");
+  u = good_;
+  u["ipc_handles"][0]["cpu"]["extra"] = 1;
+  expect_rejected(u, "unknown field 'extra'");
+}
+
+TEST_F(IpcMalformed, ValidUpdateStillWorksAfterRejections) {
+  expect_rejected(json{{"names", json::array()}}, "missing field 'dtype_names'");
+  receiver_.start_weight_update();
+  receiver_.update_weights(good_);
+  receiver_.finish_weight_update(std::string("v2"));
+  EXPECT_EQ(receiver_.checksums(), before_);
+  EXPECT_EQ(receiver_.weight_version(), "v2");
+}
+
+TEST(IpcPackedMalformed, TensorSizesMustMatchShapes) {
+  Receiver receiver({"ipc"});
+  InProcessClient inproc(receiver);
+  test::RecordingClient recorder(&inproc);
+  test::VectorSource source;
+  source.add("w", kF32, {4}, 1);
+  auto engine = trainer_init(ipc_info(0, true), recorder, &source);
+  engine->send_weights();
+  auto good = json::parse(recorder.calls()[2].payload);
+  auto before = receiver.checksums();
+  for (auto [field, value, part] : std::vector<std::tuple<std::string, json, std::string>>{
+           {"tensor_sizes", json({15}), "'tensor_sizes[0]' is 15 bytes, but 'w' is float32 [4] = 16 bytes"},
+           {"tensor_sizes", json(nullptr), "missing field 'tensor_sizes' (required when packed)"},
+           {"ipc_handles", json::array(), "must be one object (the buffer's handles)"}}) {
+    auto u = good;
+    u[field] = value;
+    receiver.start_weight_update();
+    EXPECT_THAT(receiver_error(receiver, u), HasSubstr(part));
+  }
+  EXPECT_EQ(receiver.checksums(), before);
+}
+
+TEST(IpcSession, SecondStartBeforeFinishIsRefused) {
+  Receiver receiver({"ipc"});
+  receiver.init_weight_transfer_engine(json{{"packed", false}});
+  receiver.start_weight_update();
+  try {
+    receiver.start_weight_update();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_STATE);
+    EXPECT_THAT(e.what(), HasSubstr("already active. Call finish_weight_update first."));
+  }
+}
+
+TEST(IpcSession, FailedRoundLeavesTheCommittedWeightsAndVersion) {
+  Receiver receiver({"ipc"});
+  InProcessClient client(receiver);
+  test::VectorSource source;
+  fill_model(source, 3);
+  auto engine = trainer_init(ipc_info(0, true, 128 << 10), client, &source);
+  SendOptions v1;
+  v1.weight_version = "v1";
+  engine->send_weights(v1);
+  auto before = receiver.checksums();
+  // The next round fails in the middle: the source throws after some buffers went out.
+  struct Failing : WeightSource {
+    test::VectorSource& inner;
+    int n = 0;
+    explicit Failing(test::VectorSource& s) : inner(s) {}
+    const std::vector<ParamMeta>& metadata() override { return inner.metadata(); }
+    void begin() override { n = 0, inner.begin(); }
+    bool next(wt_tensor& out) override {
+      if (++n == 12) throw Error(WT_ERR_SYSTEM, "disk read failed");
+      return inner.next(out);
+    }
+    void end() override { inner.end(); }
+  } failing(source);
+  source.perturb(9);
+  auto engine2 = trainer_init(ipc_info(0, true, 128 << 10), client, &failing);
+  SendOptions v2;
+  v2.weight_version = "v2";
+  EXPECT_THROW(engine2->send_weights(v2), Error);
+  EXPECT_FALSE(receiver.session_active());
+  EXPECT_EQ(receiver.checksums(), before);
+  EXPECT_EQ(receiver.weight_version(), "v1");
+  EXPECT_TRUE(test::wt_segments_of().empty());
+  engine->send_weights(v2);  // and the next good round goes through
+  expect_same_bytes(source, receiver);
+}
+
+TEST(IpcTrainer, AbortMakesTheNextRoundFailWithAborted) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  source.add("w", kF32, {4}, 1);
+  auto engine = trainer_init(ipc_info(0, false), client, &source);
+  engine->abort();
+  try {
+    engine->send_weights();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_ABORTED);
+  }
+}
+
+}  // namespace
+}  // namespace wt
