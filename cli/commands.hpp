@@ -10,5 +10,6 @@ namespace wt::cli {
 using Run = std::function<int()>;
 
 Run add_plugins_command(CLI::App& app);
+Run add_serve_command(CLI::App& app);
 
 }  // namespace wt::cli

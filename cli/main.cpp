@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     runs[app.get_subcommands({})[before]] = std::move(r);
   };
   add(&wt::cli::add_plugins_command);
+  add(&wt::cli::add_serve_command);
 
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 
 #include "support/recording_client.hpp"
 #include "support/shm.hpp"
+#include "support/model.hpp"
 #include "support/vector_source.hpp"
 
 #include <gmock/gmock.h>
@@ -28,19 +29,6 @@ InitInfo ipc_info(int rank, bool packed, int64_t buffer = 1 << 20, int buffers =
                                 {"packed_num_buffers", buffers}});
 }
 
-// ~200 tensors of mixed dtypes and shapes, a small LLM-like layout.
-void fill_model(test::VectorSource& s, int layers = 40) {
-  s.add("model.embed_tokens.weight", kBF16, {512, 64}, 1);
-  for (int l = 0; l < layers; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
-    s.add(p + "self_attn.qkv_proj.weight", kBF16, {192, 64}, 10 * l + 1);
-    s.add(p + "self_attn.o_proj.weight", kF16, {64, 64}, 10 * l + 2);
-    s.add(p + "mlp.gate_up_proj.weight", kF32, {128, 64}, 10 * l + 3);
-    s.add(p + "input_layernorm.weight", kF32, {64}, 10 * l + 4);
-    s.add(p + "step", kI64, {}, 10 * l + 5);
-  }
-  s.add("lm_head.weight", kBF16, {512, 64}, 7);
-}
 
 void expect_same_bytes(test::VectorSource& s, const Receiver& r) {
   ASSERT_EQ(r.names().size(), s.tensors().size());
@@ -87,7 +75,7 @@ TEST(IpcTrainer, InitShipsExactlyPackedToTheWorker) {
 TEST(IpcTrainer, NonSenderMakesNoRpc) {
   test::RecordingClient client;
   test::VectorSource source;
-  fill_model(source, 2);
+  test::fill_model(source, 2);
   auto engine = trainer_init(ipc_info(1, false), client, &source);
   engine->send_weights();
   EXPECT_TRUE(client.calls().empty());
@@ -141,7 +129,7 @@ TEST(IpcTrainer, PackedRoundIsOneUpdatePerBufferInsideOneBracket) {
 }
 
 TEST(IpcTrainer, TensorLargerThanTheBufferNamesItAndBothSizes) {
-  Receiver receiver({"ipc"});
+  Receiver receiver("ipc");
   InProcessClient client(receiver);
   test::VectorSource source;
   source.add("small", kF32, {10}, 1);
@@ -164,10 +152,10 @@ class IpcSync : public ::testing::TestWithParam<bool> {};
 
 TEST_P(IpcSync, ByteExactOverSeveralRoundsAndNoSegmentLeft) {
   const bool packed = GetParam();
-  Receiver receiver({"ipc"});
+  Receiver receiver("ipc");
   InProcessClient client(receiver);
   test::VectorSource source;
-  fill_model(source);
+  test::fill_model(source);
   ASSERT_GE(source.tensors().size(), 200u);
   auto engine = trainer_init(ipc_info(0, packed, 64 << 10, 2), client, &source);
   for (int round = 0; round < 4; ++round) {
@@ -186,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcSync, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
 
 TEST(IpcSync, StridedHostTensorArrivesContiguous) {
-  Receiver receiver({"ipc"});
+  Receiver receiver("ipc");
   InProcessClient client(receiver);
   struct Transposed : test::VectorSource {
     std::vector<float> data{1, 2, 3, 4, 5, 6};  // 2x3 row-major; sent as its 3x2 transpose
@@ -238,7 +226,7 @@ class IpcMalformed : public ::testing::Test {
     EXPECT_EQ(receiver_.checksums(), before_);
     EXPECT_EQ(receiver_.weight_version(), "v1");
   }
-  Receiver receiver_{{"ipc"}};
+  Receiver receiver_{"ipc"};
   InProcessClient inproc_{receiver_};
   test::RecordingClient recorder_{&inproc_};
   test::VectorSource source_;
@@ -355,7 +343,7 @@ TEST_F(IpcMalformed, ValidUpdateStillWorksAfterRejections) {
 }
 
 TEST(IpcPackedMalformed, TensorSizesMustMatchShapes) {
-  Receiver receiver({"ipc"});
+  Receiver receiver("ipc");
   InProcessClient inproc(receiver);
   test::RecordingClient recorder(&inproc);
   test::VectorSource source;
@@ -377,7 +365,7 @@ TEST(IpcPackedMalformed, TensorSizesMustMatchShapes) {
 }
 
 TEST(IpcSession, SecondStartBeforeFinishIsRefused) {
-  Receiver receiver({"ipc"});
+  Receiver receiver("ipc");
   receiver.init_weight_transfer_engine(json{{"packed", false}});
   receiver.start_weight_update();
   try {
@@ -390,10 +378,10 @@ TEST(IpcSession, SecondStartBeforeFinishIsRefused) {
 }
 
 TEST(IpcSession, FailedRoundLeavesTheCommittedWeightsAndVersion) {
-  Receiver receiver({"ipc"});
+  Receiver receiver("ipc");
   InProcessClient client(receiver);
   test::VectorSource source;
-  fill_model(source, 3);
+  test::fill_model(source, 3);
   auto engine = trainer_init(ipc_info(0, true, 128 << 10), client, &source);
   SendOptions v1;
   v1.weight_version = "v1";

@@ -15,6 +15,12 @@ Receiver::Receiver(Options options) : options_(std::move(options)) {
   if (options_.backend.empty()) throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
 }
 
+Receiver::Receiver(const std::string& backend) : Receiver([&] {
+  Options o;
+  o.backend = backend;
+  return o;
+}()) {}
+
 Receiver::~Receiver() = default;
 
 void Receiver::init_weight_transfer_engine(const nlohmann::json& init_info) {
@@ -68,9 +74,10 @@ void Receiver::update_weights(const nlohmann::json& update_info) {
 void Receiver::load(std::span<const wt_tensor> tensors) {
   for (const auto& t : tensors) {
     const DLTensor& d = t.tensor;
-    if (d.device.device_type != kDLCPU)
+    const bool on_host = d.device.device_type == kDLCPU || d.device.device_type == kDLCUDAHost;
+    if (!on_host && !options_.device_to_host)
       throw Error(WT_ERR_UNSUPPORTED,
-                  fmt::format("tensor '{}' arrived in device memory; this receiver holds weights in host memory",
+                  fmt::format("tensor '{}' arrived in device memory and this receiver has no device copy",
                               t.name));
     uint64_t numel = 0;
     if (!checked_numel(d.shape, d.ndim, &numel))
@@ -87,7 +94,8 @@ void Receiver::load(std::span<const wt_tensor> tensors) {
     }
     slot.dtype = d.dtype;
     slot.shape.assign(d.shape, d.shape + d.ndim);
-    std::memcpy(slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset, nbytes);
+    if (on_host) std::memcpy(slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset, nbytes);
+    else options_.device_to_host(slot.data.get(), d, nbytes);
     auto old = staged_.find(t.name);
     if (old != staged_.end()) spare_[t.name] = std::move(old->second);
     staged_[t.name] = std::move(slot);
@@ -118,6 +126,11 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
 std::optional<std::string> Receiver::weight_version() const {
   std::lock_guard<std::mutex> l(mu_);
   return version_;
+}
+
+void Receiver::set_weight_version(const std::string& version) {
+  std::lock_guard<std::mutex> l(mu_);
+  version_ = version;
 }
 
 bool Receiver::session_active() const {

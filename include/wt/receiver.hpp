@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,9 @@ class Receiver {
   struct Options {
     std::string backend;  // which plugin's worker engine to create at init
     DLDevice device{kDLCPU, 0};
+    // Copies `n` bytes of a received device tensor into host memory; needed when `device` is not
+    // the CPU (wt serve provides it when built with CUDA).
+    std::function<void(void* dst, const DLTensor& src, std::size_t n)> device_to_host;
   };
   struct Tensor {
     DLDataType dtype{};
@@ -35,6 +39,8 @@ class Receiver {
   };
 
   explicit Receiver(Options options);
+  // Host memory, the given backend.
+  explicit Receiver(const std::string& backend);
   ~Receiver();
 
   // The four control-plane calls; throw wt::Error (WT_ERR_STATE for session-rule violations).
@@ -47,6 +53,7 @@ class Receiver {
   const std::string& backend() const { return options_.backend; }
   int world_size() const { return 1; }
   std::optional<std::string> weight_version() const;
+  void set_weight_version(const std::string& version);
   bool session_active() const;
   // name -> XXH3-64 hex of the committed weights.
   std::map<std::string, std::string> checksums() const;

@@ -1,0 +1,92 @@
+// `wt serve`: the reference inference-side receiver (vLLM's weight-transfer HTTP routes).
+#include "commands.hpp"
+#include "device_copy.hpp"
+
+#include <wt/error.hpp>
+#include <wt/http_server.hpp>
+#include <wt/receiver.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace wt::cli {
+
+Run add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Run the reference receiver: vLLM's weight-transfer HTTP routes");
+  struct Opts {
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    std::string backend;
+    std::string config;
+    std::string token;
+    std::size_t max_body_mb = 256;
+    std::string device = "cpu";
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")->capture_default_str();
+  cmd->add_option("--backend", o->backend, "Backend whose worker engine receives (e.g. ipc)");
+  cmd->add_option("--weight-transfer-config", o->config, R"(vLLM's form: '{"backend": "ipc"}')");
+  cmd->add_option("--token", o->token, "Require 'Authorization: Bearer <token>' (or set WT_SERVE_TOKEN)");
+  cmd->add_option("--max-body-mb", o->max_body_mb, "Refuse request bodies larger than this")->capture_default_str();
+  cmd->add_option("--device", o->device, "Where the worker engine maps weights: cpu or cuda:N")->capture_default_str();
+  return [o]() {
+    std::string backend = o->backend;
+    if (!o->config.empty()) {
+      nlohmann::json cfg;
+      try {
+        cfg = nlohmann::json::parse(o->config);
+      } catch (const std::exception& e) {
+        throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("--weight-transfer-config is not valid JSON: {}", e.what()));
+      }
+      if (!cfg.is_object() || !cfg.contains("backend") || !cfg["backend"].is_string())
+        throw Error(WT_ERR_INVALID_ARGUMENT, R"(--weight-transfer-config must look like '{"backend": "ipc"}')");
+      for (auto it = cfg.begin(); it != cfg.end(); ++it)
+        if (it.key() != "backend")
+          throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("--weight-transfer-config: unknown key '{}'", it.key()));
+      if (!backend.empty() && backend != cfg["backend"].get<std::string>())
+        throw Error(WT_ERR_INVALID_ARGUMENT, "--backend and --weight-transfer-config name different backends");
+      backend = cfg["backend"].get<std::string>();
+    }
+    if (backend.empty()) throw Error(WT_ERR_INVALID_ARGUMENT, "wt serve needs --backend or --weight-transfer-config");
+    std::string token = o->token;
+    if (token.empty())
+      if (const char* env = std::getenv("WT_SERVE_TOKEN")) token = env;
+
+    Receiver::Options ropts;
+    ropts.backend = backend;
+    ropts.device = parse_device(o->device);
+    if (ropts.device.device_type != kDLCPU) ropts.device_to_host = &copy_device_to_host;
+    Receiver receiver(ropts);
+
+    HttpServer::Options sopts;
+    sopts.host = o->host;
+    sopts.port = o->port;
+    sopts.bearer_token = token;
+    sopts.max_body_bytes = o->max_body_mb << 20;
+    HttpServer server(receiver, sopts);
+
+    // SIGINT/SIGTERM stop the server from a waiting thread (nothing unsafe in a handler).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    server.start();
+    fmt::print("wt serve: listening on {} (backend {}, device {}{})\n", server.url(), backend, o->device,
+               token.empty() ? "" : ", bearer token required");
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fmt::print("wt serve: stopping ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server.stop();
+    return 0;
+  };
+}
+
+}  // namespace wt::cli

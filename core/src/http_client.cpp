@@ -1,0 +1,99 @@
+#include <wt/http_client.hpp>
+
+#include <wt/error.hpp>
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+namespace wt {
+namespace {
+
+// The server's message from an error body ({"detail": ...} from wt serve and FastAPI).
+std::string server_message(const std::string& body) {
+  try {
+    auto j = nlohmann::json::parse(body);
+    if (j.is_object() && j.contains("detail"))
+      return j["detail"].is_string() ? j["detail"].get<std::string>() : j["detail"].dump();
+    if (j.is_object() && j.contains("error"))
+      return j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump();
+  } catch (...) {
+  }
+  return body.size() > 500 ? body.substr(0, 500) + "..." : body;
+}
+
+}  // namespace
+
+HttpClient::HttpClient(std::string base_url, Options options) : base_(std::move(base_url)), options_(options) {
+  while (!base_.empty() && base_.back() == '/') base_.pop_back();
+  if (base_.rfind("http://", 0) != 0)
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("receiver URL '{}' must start with http:// (https is not built in)", base_));
+}
+
+nlohmann::json HttpClient::post(const std::string& path, const std::string* body) {
+  httplib::Client cli(base_);
+  auto t = options_.timeout;
+  cli.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  cli.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  httplib::Headers headers;
+  if (!options_.bearer_token.empty()) headers.emplace("Authorization", "Bearer " + options_.bearer_token);
+  auto res = body ? cli.Post(path, headers, *body, "application/json") : cli.Post(path, headers);
+  std::string where = "POST " + base_ + path;
+  if (!res) {
+    auto err = res.error();
+    wt_status code = (err == httplib::Error::Read || err == httplib::Error::Write ||
+                      err == httplib::Error::ConnectionTimeout)
+                         ? WT_ERR_TIMEOUT
+                         : WT_ERR_REMOTE;
+    throw Error(code, fmt::format("{} failed: {} (deadline {} ms)", where, httplib::to_string(err), t.count()));
+  }
+  if (res->status < 200 || res->status >= 300)
+    throw Error(WT_ERR_REMOTE, fmt::format("{} answered HTTP {}: {}", where, res->status, server_message(res->body)));
+  try {
+    return res->body.empty() ? nlohmann::json() : nlohmann::json::parse(res->body);
+  } catch (...) {
+    return nlohmann::json(res->body);
+  }
+}
+
+void HttpClient::init_weight_transfer_engine(std::string_view init_info_json) {
+  std::string body = R"({"init_info":)" + std::string(init_info_json) + "}";
+  post("/init_weight_transfer_engine", &body);
+}
+
+void HttpClient::start_weight_update() { post("/start_weight_update", nullptr); }
+
+void HttpClient::update_weights(std::string_view update_info_json) {
+  std::string body = R"({"update_info":)" + std::string(update_info_json) + "}";
+  post("/update_weights", &body);
+}
+
+void HttpClient::finish_weight_update(const std::optional<std::string>& weight_version) {
+  if (weight_version) {
+    std::string body = nlohmann::json{{"weight_version", *weight_version}}.dump();
+    post("/finish_weight_update", &body);
+  } else {
+    post("/finish_weight_update", nullptr);
+  }
+}
+
+nlohmann::json HttpClient::get(const std::string& path) {
+  httplib::Client cli(base_);
+  cli.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout));
+  cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout));
+  httplib::Headers headers;
+  if (!options_.bearer_token.empty()) headers.emplace("Authorization", "Bearer " + options_.bearer_token);
+  auto res = cli.Get(path, headers);
+  if (!res) throw Error(WT_ERR_REMOTE, fmt::format("GET {}{} failed: {}", base_, path, httplib::to_string(res.error())));
+  if (res->status != 200)
+    throw Error(WT_ERR_REMOTE, fmt::format("GET {}{} answered HTTP {}: {}", base_, path, res->status, server_message(res->body)));
+  return nlohmann::json::parse(res->body);
+}
+
+std::map<std::string, std::string> HttpClient::weight_checksums() {
+  auto j = get("/weight_checksums");
+  return j.at("checksums").get<std::map<std::string, std::string>>();
+}
+
+}  // namespace wt

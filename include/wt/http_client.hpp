@@ -1,0 +1,47 @@
+// The trainer's HTTP client for vLLM-compatible servers (wt serve, or vLLM itself with
+// VLLM_SERVER_DEV_MODE=1). Paths and bodies are vLLM's HTTPVLLMWeightSyncClient's exactly:
+//   POST {base}/init_weight_transfer_engine  {"init_info": <init_info>}
+//   POST {base}/start_weight_update          no body
+//   POST {base}/update_weights               {"update_info": <update_info>}
+//   POST {base}/finish_weight_update         {"weight_version": v} when given, else no body
+// Every call has a deadline (default 300 s, as vLLM's). A non-2xx answer throws wt::Error
+// (WT_ERR_REMOTE) carrying the status and the server's message; a deadline, WT_ERR_TIMEOUT.
+#pragma once
+
+#include <wt/client.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <map>
+#include <string>
+
+namespace wt {
+
+class HttpClient : public Client {
+ public:
+  struct Options {
+    std::chrono::milliseconds timeout{300'000};
+    std::string bearer_token;
+  };
+  explicit HttpClient(std::string base_url, Options options);
+  explicit HttpClient(std::string base_url) : HttpClient(std::move(base_url), Options{}) {}
+
+  void init_weight_transfer_engine(std::string_view init_info_json) override;
+  void start_weight_update() override;
+  void update_weights(std::string_view update_info_json) override;
+  void finish_weight_update(const std::optional<std::string>& weight_version) override;
+
+  // wt serve's extras, for verification.
+  std::map<std::string, std::string> weight_checksums();
+  nlohmann::json get(const std::string& path);
+
+  const std::string& base_url() const { return base_; }
+
+ private:
+  nlohmann::json post(const std::string& path, const std::string* body);
+  std::string base_;
+  Options options_;
+};
+
+}  // namespace wt

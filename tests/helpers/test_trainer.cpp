@@ -1,0 +1,127 @@
+// wt_test_trainer: a trainer process for cross-process tests. It syncs the deterministic test
+// model (support/model.hpp) to a receiver over HTTP for a number of rounds, perturbing it between
+// rounds, optionally as one rank of a multi-process trainer group, optionally from CUDA memory.
+#include <wt/http_client.hpp>
+#include <wt/wt.hpp>
+
+#include "support/model.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#ifdef WT_TEST_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include <atomic>
+#include <thread>
+
+namespace {
+
+// Counts the RPCs this process makes, to show which rank talks to the workers.
+class CountingClient : public wt::Client {
+ public:
+  explicit CountingClient(wt::Client& inner) : inner_(inner) {}
+  void init_weight_transfer_engine(std::string_view j) override { ++calls, inner_.init_weight_transfer_engine(j); }
+  void start_weight_update() override { ++calls, inner_.start_weight_update(); }
+  void update_weights(std::string_view j) override { ++calls, inner_.update_weights(j); }
+  void finish_weight_update(const std::optional<std::string>& v) override { ++calls, inner_.finish_weight_update(v); }
+  std::atomic<int> calls{0};
+
+ private:
+  wt::Client& inner_;
+};
+
+#ifdef WT_TEST_WITH_CUDA
+// The same model, with every tensor copied into its own cudaMalloc allocation each pass.
+class CudaSource : public wt::WeightSource {
+ public:
+  explicit CudaSource(wt::test::VectorSource& host) : host_(host) {}
+  ~CudaSource() override { release(); }
+  const std::vector<wt::ParamMeta>& metadata() override { return host_.metadata(); }
+  void begin() override {
+    release();
+    host_.begin();
+  }
+  bool next(wt_tensor& out) override {
+    if (!host_.next(out)) return false;
+    auto& t = host_.tensors()[ptrs_.size()];
+    void* d = nullptr;
+    if (cudaMalloc(&d, t.bytes.size() ? t.bytes.size() : 1) != cudaSuccess) throw std::runtime_error("cudaMalloc");
+    cudaMemcpy(d, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice);
+    ptrs_.push_back(d);
+    out.tensor.data = d;
+    out.tensor.device = {kDLCUDA, 0};
+    return true;
+  }
+  void end() override { host_.end(); }
+
+ private:
+  void release() {
+    for (void* p : ptrs_) cudaFree(p);
+    ptrs_.clear();
+  }
+  wt::test::VectorSource& host_;
+  std::vector<void*> ptrs_;
+};
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"wt test trainer"};
+  std::string url, rendezvous;
+  bool packed = false, cuda = false;
+  int64_t buffer_bytes = 1 << 20;
+  int rounds = 3, rank = 0, group_rank = 0, group_size = 1, layers = 40, width = 64, delay_ms = 0;
+  uint32_t seed = 0;
+  app.add_option("--url", url)->required();
+  app.add_flag("--packed", packed);
+  app.add_option("--buffer-bytes", buffer_bytes);
+  app.add_option("--rounds", rounds);
+  app.add_option("--rank", rank, "init-info rank (0 sends)");
+  app.add_option("--group-rank", group_rank);
+  app.add_option("--group-size", group_size);
+  app.add_option("--rendezvous-dir", rendezvous);
+  app.add_option("--layers", layers);
+  app.add_option("--width", width);
+  app.add_option("--seed", seed);
+  app.add_option("--delay-ms", delay_ms, "sleep between rounds");
+  app.add_flag("--cuda", cuda, "send from CUDA memory");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    wt::test::VectorSource source;
+    wt::test::fill_model(source, layers, width, seed);
+    wt::WeightSource* src = &source;
+#ifdef WT_TEST_WITH_CUDA
+    CudaSource cuda_source(source);
+    if (cuda) src = &cuda_source;
+#else
+    if (cuda) throw wt::Error(WT_ERR_UNSUPPORTED, "this helper was built without CUDA");
+#endif
+    wt::HttpClient http(url);
+    CountingClient client(http);
+    std::unique_ptr<wt::TrainerGroup> group;
+    if (group_size > 1)
+      group = wt::make_gloo_trainer_group(group_rank, group_size, rendezvous, std::chrono::seconds(30));
+    auto info = wt::InitInfo::from_object({{"backend", "ipc"},
+                                           {"rank", rank},
+                                           {"packed", packed},
+                                           {"packed_buffer_size_bytes", buffer_bytes}});
+    auto engine = wt::trainer_init(info, client, src, group.get());
+    for (int r = 0; r < rounds; ++r) {
+      wt::SendOptions opts;
+      opts.weight_version = fmt::format("step-{}", r);
+      engine->send_weights(opts);
+      fmt::print("round {} ok\n", r);
+      std::fflush(stdout);
+      if (r + 1 < rounds) source.perturb(static_cast<uint32_t>(r));
+      if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    }
+    fmt::print("rpc_calls={}\n", client.calls.load());
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print("error: {}\n", e.what());
+    return 1;
+  }
+}

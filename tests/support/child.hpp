@@ -1,0 +1,103 @@
+// A real child process for cross-process tests: spawned with its stdout+stderr on a pipe, so a
+// test can wait for a line (e.g. "listening on http://127.0.0.1:PORT"), signal it and reap it.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace wt::test {
+
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return out_; }
+
+  // Reads output until it contains `text` (returns the output) or the deadline passes.
+  std::optional<std::string> wait_for(const std::string& text, std::chrono::milliseconds deadline) {
+    auto end = std::chrono::steady_clock::now() + deadline;
+    while (out_.find(text) == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return std::nullopt;
+    }
+    return out_;
+  }
+  void kill(int sig) { ::kill(pid_, sig); }
+  // Waits for exit (collecting the rest of the output); returns the exit code, or 128+signal.
+  int wait() {
+    while (read_some(60000)) {
+    }
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  bool read_some(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return false;
+    char buf[4096];
+    ssize_t n = read(fd_, buf, sizeof buf);
+    if (n <= 0) return false;
+    out_.append(buf, static_cast<std::size_t>(n));
+    return true;
+  }
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool reaped_ = false;
+  std::string out_;
+};
+
+// Starts `wt serve --port 0 ARGS...` and returns it with its URL.
+inline std::pair<std::unique_ptr<Child>, std::string> start_server(const std::string& wt,
+                                                                   std::vector<std::string> args) {
+  std::vector<std::string> argv{wt, "serve", "--port", "0"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto c = std::make_unique<Child>(argv);
+  auto out = c->wait_for(")\n", std::chrono::seconds(20));
+  if (!out) throw std::runtime_error("wt serve did not start: " + c->output());
+  auto pos = out->find("http://");
+  auto end = out->find(' ', pos);
+  return {std::move(c), out->substr(pos, end - pos)};
+}
+
+}  // namespace wt::test
