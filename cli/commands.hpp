@@ -11,5 +11,7 @@ using Run = std::function<int()>;
 
 Run add_plugins_command(CLI::App& app);
 Run add_serve_command(CLI::App& app);
+Run add_launch_command(CLI::App& app);
+Run add_gen_checkpoint_command(CLI::App& app);
 
 }  // namespace wt::cli

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   };
   add(&wt::cli::add_plugins_command);
   add(&wt::cli::add_serve_command);
+  add(&wt::cli::add_launch_command);
+  add(&wt::cli::add_gen_checkpoint_command);
 
   try {
     app.parse(argc, argv);

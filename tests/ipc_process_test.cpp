@@ -3,7 +3,7 @@
 // success, after a SIGKILLed trainer and after a SIGKILLed server.
 #include <wt/http_client.hpp>
 
-#include "support/child.hpp"
+#include "subprocess.hpp"
 #include "support/model.hpp"
 #include "support/shm.hpp"
 
@@ -30,10 +30,10 @@ std::vector<std::string> trainer_args(const std::string& url, std::vector<std::s
 class IpcProcess : public ::testing::TestWithParam<bool> {};
 
 TEST_P(IpcProcess, TwoProcessesSyncByteExactOverSeveralRounds) {
-  auto [server, url] = test::start_server(WT_CLI_PATH, {"--backend", "ipc"});
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
   std::vector<std::string> extra{"--rounds", "4"};
   if (GetParam()) extra.insert(extra.end(), {"--packed", "--buffer-bytes", "65536"});
-  test::Child trainer(trainer_args(url, extra));
+  cli::Child trainer(trainer_args(url, extra));
   int rc = trainer.wait();
   ASSERT_EQ(rc, 0) << trainer.output();
   EXPECT_THAT(trainer.output(), HasSubstr("round 3 ok"));
@@ -51,7 +51,7 @@ INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcProcess, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
 
 TEST(IpcProcessGroup, HandlesMergeAtTheInitInfoSenderNotAtGroupRankZero) {
-  auto [server, url] = test::start_server(WT_CLI_PATH, {"--backend", "ipc"});
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
   auto dir = std::filesystem::temp_directory_path() / ("wt-rdv-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   for (bool packed : {false, true}) {
@@ -62,11 +62,11 @@ TEST(IpcProcessGroup, HandlesMergeAtTheInitInfoSenderNotAtGroupRankZero) {
     // and starts later.
     auto a = common;
     a.insert(a.end(), {"--rank", "1", "--group-rank", "0"});
-    test::Child first(trainer_args(url, a));
+    cli::Child first(trainer_args(url, a));
     std::this_thread::sleep_for(300ms);
     auto b = common;
     b.insert(b.end(), {"--rank", "0", "--group-rank", "1"});
-    test::Child sender(trainer_args(url, b));
+    cli::Child sender(trainer_args(url, b));
     ASSERT_EQ(sender.wait(), 0) << sender.output();
     ASSERT_EQ(first.wait(), 0) << first.output();
     EXPECT_THAT(first.output(), HasSubstr("rpc_calls=0"));
@@ -79,17 +79,17 @@ TEST(IpcProcessGroup, HandlesMergeAtTheInitInfoSenderNotAtGroupRankZero) {
 }
 
 TEST(IpcProcessFaults, SigkilledTrainerLeavesNoSegmentOnceTheHostMovesOn) {
-  auto [server, url] = test::start_server(WT_CLI_PATH, {"--backend", "ipc"});
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
   std::mt19937 rng(static_cast<uint32_t>(getpid()));
   for (int attempt = 0; attempt < 3; ++attempt) {
-    test::Child trainer(trainer_args(url, {"--rounds", "1000000", "--packed", "--buffer-bytes", "65536"}));
+    cli::Child trainer(trainer_args(url, {"--rounds", "1000000", "--packed", "--buffer-bytes", "65536"}));
     ASSERT_TRUE(trainer.wait_for("round 0 ok", 30s)) << trainer.output();
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
     trainer.kill(SIGKILL);
     EXPECT_EQ(trainer.wait(), 128 + SIGKILL);
     // A new trainer re-initialises the worker, which ends the dead trainer's session; the next
     // engine on the host removes what the dead one could not.
-    test::Child next(trainer_args(url, {"--rounds", "1"}));
+    cli::Child next(trainer_args(url, {"--rounds", "1"}));
     ASSERT_EQ(next.wait(), 0) << next.output();
     EXPECT_TRUE(test::wt_segments_of(trainer.pid()).empty()) << "attempt " << attempt;
     EXPECT_TRUE(test::wt_segments_of(next.pid()).empty());
@@ -98,8 +98,8 @@ TEST(IpcProcessFaults, SigkilledTrainerLeavesNoSegmentOnceTheHostMovesOn) {
 }
 
 TEST(IpcProcessFaults, SigkilledServerFailsTheTrainerCleanly) {
-  auto [server, url] = test::start_server(WT_CLI_PATH, {"--backend", "ipc"});
-  test::Child trainer(trainer_args(url, {"--rounds", "1000", "--packed", "--buffer-bytes", "262144",
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
+  cli::Child trainer(trainer_args(url, {"--rounds", "1000", "--packed", "--buffer-bytes", "262144",
                                          "--layers", "60", "--width", "128"}));
   ASSERT_TRUE(trainer.wait_for("round 1 ok", 30s)) << trainer.output();
   server->kill(SIGKILL);

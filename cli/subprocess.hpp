@@ -1,8 +1,10 @@
-// A real child process for cross-process tests: spawned with its stdout+stderr on a pipe, so a
-// test can wait for a line (e.g. "listening on http://127.0.0.1:PORT"), signal it and reap it.
+// A child process with its stdout+stderr on a pipe: wt launch runs its receiver and trainer ranks
+// this way, and cross-process tests their servers and trainers. The caller can wait for a line
+// (e.g. "listening on http://127.0.0.1:PORT"), read lines as they come, signal it and reap it.
 #pragma once
 
 #include <fcntl.h>
+#include <memory>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,13 +17,13 @@
 #include <string>
 #include <vector>
 
-namespace wt::test {
+namespace wt::cli {
 
 class Child {
  public:
   explicit Child(const std::vector<std::string>& argv) {
     int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
@@ -60,6 +62,21 @@ class Child {
     }
     return out_;
   }
+  // The next complete output line (without the newline), or nullopt at end of output / deadline.
+  std::optional<std::string> next_line(std::chrono::milliseconds deadline) {
+    auto end = std::chrono::steady_clock::now() + deadline;
+    for (;;) {
+      auto nl = out_.find('\n', consumed_);
+      if (nl != std::string::npos) {
+        std::string line = out_.substr(consumed_, nl - consumed_);
+        consumed_ = nl + 1;
+        return line;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return std::nullopt;
+    }
+  }
+  int fd() const { return fd_; }
   void kill(int sig) { ::kill(pid_, sig); }
   // Waits for exit (collecting the rest of the output); returns the exit code, or 128+signal.
   int wait() {
@@ -85,6 +102,7 @@ class Child {
   int fd_ = -1;
   bool reaped_ = false;
   std::string out_;
+  std::size_t consumed_ = 0;
 };
 
 // Starts `wt serve --port 0 ARGS...` and returns it with its URL.
@@ -100,4 +118,4 @@ inline std::pair<std::unique_ptr<Child>, std::string> start_server(const std::st
   return {std::move(c), out->substr(pos, end - pos)};
 }
 
-}  // namespace wt::test
+}  // namespace wt::cli

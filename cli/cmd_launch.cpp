@@ -1,0 +1,245 @@
+// `wt launch CONFIG.yaml`: runs a weight sync end to end from a YAML config. The coordinator
+// prepares the checkpoint, starts the receiver (an embedded `wt serve`, or a given URL), runs one
+// process per trainer rank, draws progress, verifies every round and prints a summary.
+#include "commands.hpp"
+#include "launch_config.hpp"
+#include "launch_trainer.hpp"
+#include "subprocess.hpp"
+
+#include <wt/checkpoint_gen.hpp>
+#include <wt/dtype.hpp>
+#include <wt/error.hpp>
+#include <wt/registry.hpp>
+#include <wt/safetensors.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+namespace wt::cli {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error(WT_ERR_SYSTEM, "cannot find this program's path (/proc/self/exe)");
+  return p.string();
+}
+
+std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
+
+std::vector<std::string> prepare_checkpoint(const LaunchConfig& cfg, bool quiet) {
+  if (!cfg.generate) return expand_checkpoint_paths(cfg.safetensors);
+  const auto& g = *cfg.generate;
+  auto dtype = dtype_from_torch_name(g.dtype);
+  if (!dtype) throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: source.generate.dtype '{}' is not a dtype wt knows", cfg.file, g.dtype));
+  auto layout = model_layout(g.model, *dtype);
+  std::string dir = generated_checkpoint_dir(g);
+  std::error_code ec;
+  std::string marker = dir + "/.complete";
+  if (std::filesystem::exists(marker, ec)) return expand_checkpoint_paths({dir});
+  if (!quiet)
+    fmt::print(stderr, "generating a synthetic {} checkpoint ({:.0f}M parameters, {} GB) in {}\n", g.model,
+               static_cast<double>(layout.total_params()) / 1e6, gb(static_cast<double>(layout.total_bytes())), dir);
+  std::filesystem::remove_all(dir, ec);
+  auto files = write_synthetic_checkpoint(dir, layout, g.seed, g.shards);
+  FILE* f = std::fopen(marker.c_str(), "w");
+  if (f) std::fclose(f);
+  return files;
+}
+
+struct RoundResult {
+  int round = 0;
+  double seconds = 0;
+  uint64_t bytes = 0;
+  bool verified = false;
+  bool has_verify = false;
+  std::size_t checked = 0, mismatched = 0;
+  nlohmann::json mismatched_names;
+};
+
+void draw_progress(int round, int rounds, uint64_t bytes, uint64_t total, double elapsed) {
+  double frac = total ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0;
+  int width = 28, filled = static_cast<int>(frac * width);
+  double rate = elapsed > 0 ? static_cast<double>(bytes) / elapsed : 0;
+  double eta = rate > 0 ? static_cast<double>(total - bytes) / rate : 0;
+  std::string bar(static_cast<std::size_t>(filled), '#');
+  bar.append(static_cast<std::size_t>(width - filled), '.');
+  fmt::print(stderr, "\r  round {}/{} [{}] {:>7} / {} GB  {:>6.2f} GB/s  ETA {:4.1f}s ", round + 1, rounds, bar,
+             gb(static_cast<double>(bytes)), gb(static_cast<double>(total)), rate / 1e9, eta);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+Run add_launch_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("launch", "Run a weight sync from a YAML config (see docs/config.md)");
+  struct Opts {
+    std::string config;
+    bool json = false;
+    TrainerRankArgs trainer;
+    bool is_trainer = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("config", o->config, "The YAML launch config")->required();
+  cmd->add_flag("--json", o->json, "Print a machine-readable JSON report instead of the table");
+  // The coordinator runs each trainer rank as `wt launch CONFIG --trainer-rank K ...`.
+  auto* rank = cmd->add_option("--trainer-rank", o->trainer.rank)->group("");
+  cmd->add_option("--receiver-url", o->trainer.receiver_url)->group("");
+  cmd->add_option("--rendezvous-dir", o->trainer.rendezvous_dir)->group("");
+  cmd->add_option("--checkpoint", o->trainer.checkpoint_files)->group("");
+  return [o, rank]() {
+    LaunchConfig cfg = load_launch_config(o->config);
+    if (*rank) return run_trainer_rank(cfg, o->trainer);
+
+    const bool tty = !o->json && isatty(2);
+    for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
+    validate_init_info(cfg);
+    auto files = prepare_checkpoint(cfg, o->json);
+    uint64_t total = 0;
+    std::size_t tensors = 0;
+    {
+      SafetensorsSource check(files);  // validates every header before any process starts
+      total = check.total_bytes();
+      tensors = check.size();
+    }
+    const std::string exe = self_exe();
+
+    std::unique_ptr<Child> receiver;
+    std::string url = cfg.receiver_url;
+    if (cfg.embedded_receiver) {
+      std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
+      if (!cfg.receiver_token.empty()) args.insert(args.end(), {"--token", cfg.receiver_token});
+      std::tie(receiver, url) = start_server(exe, args);
+    }
+    std::string rendezvous;
+    if (cfg.trainer_ranks > 1) {
+      char tmpl[] = "/tmp/wt-launch-XXXXXX";
+      if (mkdtemp(tmpl) == nullptr) throw Error(WT_ERR_SYSTEM, "cannot create a rendezvous directory in /tmp");
+      rendezvous = tmpl;
+    }
+    if (!o->json)
+      fmt::print("wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver {}{} | {} round(s)\n",
+                 cfg.backend, cfg.trainer_ranks, tensors, gb(static_cast<double>(total)), url,
+                 cfg.embedded_receiver ? " (embedded)" : "", cfg.rounds);
+    std::fflush(stdout);
+
+    std::vector<std::unique_ptr<Child>> ranks;
+    for (int k = 0; k < cfg.trainer_ranks; ++k) {
+      std::vector<std::string> argv{exe, "launch", cfg.file, "--trainer-rank", std::to_string(k),
+                                    "--receiver-url", url, "--rendezvous-dir", rendezvous.empty() ? "-" : rendezvous};
+      for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
+      ranks.push_back(std::make_unique<Child>(argv));
+    }
+
+    std::vector<RoundResult> results;
+    std::vector<std::string> errors;
+    nlohmann::json init_event;
+    auto round_start = std::chrono::steady_clock::now();
+    while (auto line = ranks[0]->next_line(24h)) {
+      nlohmann::json ev;
+      try {
+        ev = nlohmann::json::parse(*line);
+      } catch (...) {
+        errors.push_back("rank 0: " + *line);
+        continue;
+      }
+      const std::string kind = ev.value("event", "");
+      if (kind == "init") {
+        init_event = ev;
+        round_start = std::chrono::steady_clock::now();
+      } else if (kind == "progress" && tty) {
+        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
+        draw_progress(ev["round"], cfg.rounds, ev["bytes"], ev["total"], elapsed);
+      } else if (kind == "round") {
+        RoundResult r;
+        r.round = ev["round"];
+        r.seconds = ev["seconds"];
+        r.bytes = ev["bytes"];
+        r.has_verify = ev.contains("verified");
+        if (r.has_verify) {
+          r.verified = ev["verified"];
+          r.checked = ev["checked"];
+          r.mismatched = ev["mismatched_count"];
+          r.mismatched_names = ev["mismatched"];
+        }
+        results.push_back(r);
+        if (tty) fmt::print(stderr, "\r\033[K");
+        if (!o->json)
+          fmt::print("  round {}/{}: {:.3f} s, {:.2f} GB/s{}\n", r.round + 1, cfg.rounds, r.seconds,
+                     static_cast<double>(r.bytes) / r.seconds / 1e9,
+                     !r.has_verify ? "" : r.verified ? fmt::format(", verified {}/{} tensors", r.checked, r.checked)
+                                                     : fmt::format(", MISMATCH in {} tensors: {}", r.mismatched, r.mismatched_names.dump()));
+        std::fflush(stdout);
+        round_start = std::chrono::steady_clock::now();
+      } else if (kind == "error") {
+        errors.push_back(fmt::format("rank {}: {}", ev.value("rank", 0), ev.value("message", "")));
+      }
+    }
+    bool ranks_ok = true;
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      int rc = ranks[k]->wait();
+      if (rc != 0) ranks_ok = false;
+      if (k > 0)
+        for (std::size_t pos = 0; (pos = ranks[k]->output().find("\"event\":\"error\"", pos)) != std::string::npos; ++pos) {
+          auto start = ranks[k]->output().rfind('\n', pos);
+          auto end = ranks[k]->output().find('\n', pos);
+          auto ev = nlohmann::json::parse(ranks[k]->output().substr(start == std::string::npos ? 0 : start + 1,
+                                                                    end - (start == std::string::npos ? 0 : start + 1)));
+          errors.push_back(fmt::format("rank {}: {}", k, ev.value("message", "")));
+        }
+      if (rc != 0 && errors.empty()) errors.push_back(fmt::format("rank {} exited with status {}", k, rc));
+    }
+    if (receiver) {
+      receiver->kill(SIGTERM);
+      receiver->wait();
+    }
+    if (!rendezvous.empty()) std::filesystem::remove_all(rendezvous);
+
+    bool all_verified = true;
+    double seconds = 0;
+    uint64_t bytes = 0;
+    for (const auto& r : results) {
+      seconds += r.seconds;
+      bytes += r.bytes;
+      if (cfg.verify && !(r.has_verify && r.verified)) all_verified = false;
+    }
+    const bool ok = ranks_ok && errors.empty() && static_cast<int>(results.size()) == cfg.rounds && all_verified;
+    if (o->json) {
+      nlohmann::json rounds = nlohmann::json::array();
+      for (const auto& r : results)
+        rounds.push_back({{"round", r.round}, {"seconds", r.seconds}, {"bytes", r.bytes},
+                          {"gb_per_s", static_cast<double>(r.bytes) / r.seconds / 1e9},
+                          {"verified", r.has_verify ? nlohmann::json(r.verified) : nlohmann::json(nullptr)},
+                          {"mismatched", r.mismatched_names}});
+      nlohmann::json report = {{"ok", ok}, {"config", cfg.file}, {"backend", cfg.backend},
+                               {"trainer_ranks", cfg.trainer_ranks}, {"receiver", url},
+                               {"tensors", tensors}, {"bytes_per_round", total}, {"rounds", rounds},
+                               {"total_seconds", seconds},
+                               {"mean_gb_per_s", seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0},
+                               {"errors", errors}};
+      if (!init_event.is_null()) report["trainer_init_seconds"] = init_event["seconds"];
+      fmt::print("{}\n", report.dump(2));
+    } else {
+      fmt::print("\n  {:<6} {:>9} {:>9} {:>8}  {}\n", "round", "seconds", "GB", "GB/s", "verified");
+      for (const auto& r : results)
+        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}  {}\n", r.round, r.seconds, gb(static_cast<double>(r.bytes)),
+                   static_cast<double>(r.bytes) / r.seconds / 1e9,
+                   !r.has_verify ? "not checked" : r.verified ? "yes" : "NO");
+      if (seconds > 0)
+        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}\n", "total", seconds, gb(static_cast<double>(bytes)),
+                   static_cast<double>(bytes) / seconds / 1e9);
+      for (const auto& e : errors) fmt::print(stderr, "wt launch: error: {}\n", e);
+      fmt::print("\n{}\n", ok ? (cfg.verify ? "OK: every round verified" : "OK: every round completed (not verified)")
+                              : "FAILED");
+    }
+    return ok ? 0 : 1;
+  };
+}
+
+}  // namespace wt::cli

@@ -1,0 +1,238 @@
+#include "launch_config.hpp"
+
+#include <wt/error.hpp>
+#include <wt/init_info.hpp>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace wt::cli {
+namespace {
+
+// Strict reader of one YAML mapping, with file:line:col in every message.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string file, std::string path)
+      : node_(node), file_(std::move(file)), path_(std::move(path)) {
+    if (!node_.IsMap()) fail(node_, fmt::format("'{}' must be a mapping of keys to values", path_));
+  }
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& msg) const {
+    auto m = at.Mark();
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}:{}:{}: {}", file_, m.line + 1, m.column + 1, msg));
+  }
+  std::string key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  bool has(const std::string& key) {
+    known_.insert(key);
+    return node_[key].IsDefined() && !node_[key].IsNull();
+  }
+  YAML::Node get(const std::string& key) {
+    known_.insert(key);
+    return node_[key];
+  }
+  template <typename T>
+  T scalar(const std::string& key, const char* type_name, T def) {
+    if (!has(key)) return def;
+    auto n = node_[key];
+    if (!n.IsScalar()) fail(n, fmt::format("'{}' must be {}", key_path(key), type_name));
+    try {
+      if constexpr (std::is_same_v<T, bool>) {
+        const auto& v = n.Scalar();
+        if (v != "true" && v != "false") throw YAML::Exception(n.Mark(), "not a boolean");
+      }
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        if (n.Tag() == "!") throw YAML::Exception(n.Mark(), "quoted");
+      }
+      return n.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(n, fmt::format("'{}' must be {}, got '{}'", key_path(key), type_name, n.Scalar()));
+    }
+  }
+  std::string string(const std::string& key, std::string def = "") {
+    return scalar<std::string>(key, "a string", std::move(def));
+  }
+  void finish() const {
+    for (const auto& kv : node_) {
+      auto k = kv.first.as<std::string>();
+      if (!known_.count(k)) {
+        std::string list;
+        for (const auto& x : known_) list += (list.empty() ? "" : ", ") + x;
+        fail(kv.first, fmt::format("unknown key '{}' (known keys{}: {})", key_path(k),
+                                   path_.empty() ? "" : " in '" + path_ + "'", list));
+      }
+    }
+  }
+  const YAML::Node& node() const { return node_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  YAML::Node node_;
+  std::string file_, path_;
+  std::set<std::string> known_;
+};
+
+nlohmann::json to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      auto o = nlohmann::json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second);
+      return o;
+    }
+    case YAML::NodeType::Sequence: {
+      auto a = nlohmann::json::array();
+      for (const auto& x : n) a.push_back(to_json(x));
+      return a;
+    }
+    case YAML::NodeType::Scalar: {
+      const auto& v = n.Scalar();
+      if (n.Tag() == "!") return v;
+      if (v == "true") return true;
+      if (v == "false") return false;
+      static const std::regex int_re(R"(^[-+]?[0-9]+$)"), float_re(R"(^[-+]?[0-9]*\.[0-9]+([eE][-+]?[0-9]+)?$)");
+      if (std::regex_match(v, int_re)) {
+        try {
+          return std::stoll(v);
+        } catch (...) {
+          return v;
+        }
+      }
+      if (std::regex_match(v, float_re)) return std::stod(v);
+      return v;
+    }
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+std::string generated_checkpoint_dir(const LaunchConfig::Generate& g) {
+  if (!g.dir.empty()) return g.dir;
+  std::string base;
+  if (const char* c = std::getenv("WT_CACHE_DIR"); c && *c) base = c;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = std::string(x) + "/wt";
+  else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache/wt";
+  else base = "/tmp/wt-cache";
+  return fmt::format("{}/checkpoints/{}-{}-seed{}-{}", base, g.model, g.dtype, g.seed, g.shards);
+}
+
+LaunchConfig load_launch_config(const std::string& path) {
+  LaunchConfig c;
+  c.file = path;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw Error(WT_ERR_NOT_FOUND, fmt::format("{}: cannot read the config file", path));
+  } catch (const YAML::ParserException& e) {
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}:{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (!root.IsDefined() || root.IsNull()) throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: the config is empty", path));
+  Section top(root, path, "");
+  c.backend = top.string("backend");
+  if (c.backend.empty()) top.fail(root, "missing key 'backend' (e.g. backend: ipc)");
+  if (top.has("init_info")) {
+    Section ii(top.get("init_info"), path, "init_info");
+    if (ii.node()["rank"].IsDefined())
+      ii.fail(ii.node()["rank"], "'init_info.rank' is set by wt launch for each trainer process; remove it");
+    if (ii.node()["backend"].IsDefined())
+      ii.fail(ii.node()["backend"], "'init_info.backend' belongs at the top level ('backend:')");
+    c.init_info = to_json(ii.node());
+    for (const auto& kv : ii.node())
+      c.init_info_marks[kv.first.as<std::string>()] = {kv.first.Mark().line + 1, kv.first.Mark().column + 1};
+  }
+  if (top.has("trainer")) {
+    Section t(top.get("trainer"), path, "trainer");
+    c.trainer_ranks = t.scalar<int>("ranks", "an integer", 1);
+    if (c.trainer_ranks < 1 || c.trainer_ranks > 64) t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
+    c.group_timeout_s = t.scalar<double>("group_timeout_s", "a number", 60);
+    t.finish();
+  }
+  if (!top.has("source")) top.fail(root, "missing key 'source' (generate: or safetensors:)");
+  {
+    Section s(top.get("source"), path, "source");
+    bool gen = s.has("generate"), st = s.has("safetensors");
+    if (gen == st) s.fail(s.node(), "'source' needs exactly one of 'generate' and 'safetensors'");
+    if (st) {
+      auto n = s.get("safetensors");
+      if (n.IsScalar()) c.safetensors.push_back(n.as<std::string>());
+      else if (n.IsSequence())
+        for (const auto& x : n) c.safetensors.push_back(x.as<std::string>());
+      else s.fail(n, "'source.safetensors' must be a path or a list of paths");
+    } else {
+      Section g(s.get("generate"), path, "source.generate");
+      LaunchConfig::Generate G;
+      G.model = g.string("model", G.model);
+      G.dtype = g.string("dtype", G.dtype);
+      G.seed = g.scalar<uint32_t>("seed", "a non-negative integer", 0);
+      G.shards = g.scalar<int>("shards", "an integer", 1);
+      G.dir = g.string("dir", "");
+      g.finish();
+      c.generate = G;
+    }
+    s.finish();
+  }
+  if (top.has("receiver")) {
+    Section r(top.get("receiver"), path, "receiver");
+    c.receiver_url = r.string("url");
+    c.embedded_receiver = r.scalar<bool>("embedded", "true or false", c.receiver_url.empty());
+    if (c.embedded_receiver && !c.receiver_url.empty())
+      r.fail(r.get("url"), "'receiver.url' and 'receiver.embedded: true' exclude each other");
+    if (!c.embedded_receiver && c.receiver_url.empty())
+      r.fail(r.node(), "'receiver.embedded: false' needs 'receiver.url'");
+    c.receiver_token = r.string("token");
+    c.receiver_timeout_s = r.scalar<double>("timeout_s", "a number", 300);
+    c.receiver_device = r.string("device", "cpu");
+    r.finish();
+  }
+  c.rounds = top.scalar<int>("rounds", "an integer", 3);
+  if (c.rounds < 1) top.fail(top.get("rounds"), "'rounds' must be at least 1");
+  if (top.has("training_step")) {
+    Section t(top.get("training_step"), path, "training_step");
+    c.perturb_fraction = t.scalar<double>("perturb_fraction", "a number", 0.01);
+    if (c.perturb_fraction < 0 || c.perturb_fraction > 1)
+      t.fail(t.get("perturb_fraction"), "'training_step.perturb_fraction' must be in [0, 1]");
+    c.perturb_seed = t.scalar<uint32_t>("seed", "a non-negative integer", 1);
+    t.finish();
+  }
+  c.verify = top.scalar<bool>("verify", "true or false", true);
+  if (top.has("plugin_dirs")) {
+    auto n = top.get("plugin_dirs");
+    if (!n.IsSequence()) top.fail(n, "'plugin_dirs' must be a list of directories");
+    for (const auto& x : n) c.plugin_dirs.push_back(x.as<std::string>());
+  }
+  top.finish();
+  if (c.receiver_token.empty())
+    if (const char* t = std::getenv("WT_RECEIVER_TOKEN")) c.receiver_token = t;
+  return c;
+}
+
+void validate_init_info(const LaunchConfig& cfg) {
+  auto fields = cfg.init_info;
+  fields["backend"] = cfg.backend;
+  fields["rank"] = 0;
+  try {
+    InitInfo::from_object(fields, cfg.file).to_json();
+  } catch (const Error& e) {
+    // Point at the line of the key the plugin named, when it named one we have.
+    std::smatch m;
+    std::string msg = e.what();
+    static const std::regex field_re(R"(field '([A-Za-z0-9_]+))");
+    if (std::regex_search(msg, m, field_re) && cfg.init_info_marks.count(m[1].str())) {
+      auto [line, col] = cfg.init_info_marks.at(m[1].str());
+      throw Error(e.code(), fmt::format("{}:{}:{}: init_info.{}: {}", cfg.file, line, col, m[1].str(),
+                                        msg.substr(msg.find(": ") + 2)));
+    }
+    throw;
+  }
+}
+
+}  // namespace wt::cli

@@ -1,0 +1,60 @@
+// The `wt launch` configuration: one YAML file, parsed strictly. Every error names the file, the
+// line and the key. docs/config.md documents the schema.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wt::cli {
+
+struct LaunchConfig {
+  std::string file;
+
+  std::string backend;
+  nlohmann::json init_info = nlohmann::json::object();  // without rank: wt launch sets it per process
+  std::map<std::string, std::pair<int, int>> init_info_marks;  // key -> (line, column), 1-based
+
+  int trainer_ranks = 1;
+  double group_timeout_s = 60;
+
+  // Source: exactly one of these.
+  std::vector<std::string> safetensors;
+  struct Generate {
+    std::string model = "qwen2.5-0.5b";
+    std::string dtype = "bfloat16";
+    uint32_t seed = 0;
+    int shards = 1;
+    std::string dir;  // default: the cache directory
+  };
+  std::optional<Generate> generate;
+
+  bool embedded_receiver = true;
+  std::string receiver_url;
+  std::string receiver_token;
+  double receiver_timeout_s = 300;
+  std::string receiver_device = "cpu";
+
+  int rounds = 3;
+  double perturb_fraction = 0.01;
+  uint32_t perturb_seed = 1;
+  bool verify = true;
+  std::vector<std::string> plugin_dirs;
+};
+
+// Throws wt::Error (WT_ERR_INVALID_ARGUMENT) with "<file>:<line>:<col>: ..." messages.
+LaunchConfig load_launch_config(const std::string& path);
+
+// Re-validates the init info with the backend's own parser, reporting errors at the YAML line of
+// the offending key.
+void validate_init_info(const LaunchConfig& cfg);
+
+// Where a generated checkpoint lives: generate.dir, or $WT_CACHE_DIR / $XDG_CACHE_HOME/wt /
+// ~/.cache/wt, under checkpoints/<model>-<dtype>-seed<seed>-<shards>.
+std::string generated_checkpoint_dir(const LaunchConfig::Generate& g);
+
+}  // namespace wt::cli

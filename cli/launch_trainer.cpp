@@ -1,0 +1,138 @@
+#include "launch_trainer.hpp"
+
+#include <wt/checksum.hpp>
+#include <wt/http_client.hpp>
+#include <wt/safetensors.hpp>
+#include <wt/wt.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+namespace wt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void emit(const nlohmann::json& event) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> l(mu);
+  std::string line = event.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Counts the bytes a round has handed to the engine, for the progress bar.
+class ProgressSource : public WeightSource {
+ public:
+  ProgressSource(SafetensorsSource& inner, bool report) : inner_(inner), report_(report) {}
+  const std::vector<ParamMeta>& metadata() override { return inner_.metadata(); }
+  void begin() override {
+    bytes_ = 0;
+    index_ = 0;
+    inner_.begin();
+  }
+  bool next(wt_tensor& out) override {
+    if (!inner_.next(out)) return false;
+    bytes_ += inner_.bytes(index_++).size();
+    auto now = Clock::now();
+    if (report_ && now - last_ > std::chrono::milliseconds(100)) {
+      last_ = now;
+      emit({{"event", "progress"}, {"round", round}, {"bytes", bytes_}, {"total", inner_.total_bytes()}});
+    }
+    return true;
+  }
+  void end() override { inner_.end(); }
+  int round = 0;
+
+ private:
+  SafetensorsSource& inner_;
+  bool report_;
+  uint64_t bytes_ = 0;
+  std::size_t index_ = 0;
+  Clock::time_point last_{};
+};
+
+// The simulated optimizer step: changes `fraction` of every tensor's elements, the same way on
+// every rank (same seed).
+void perturb(SafetensorsSource& s, double fraction, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+  auto rnd = [&x] {
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    return x * 0x2545F4914F6CDD1DULL;
+  };
+  const auto& meta = s.metadata();
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto bytes = s.bytes(i);
+    std::size_t es = element_size(meta[i].dtype);
+    std::size_t n = bytes.size() / es;
+    if (n == 0) continue;
+    auto k = static_cast<std::size_t>(static_cast<double>(n) * fraction + 0.999999);
+    for (std::size_t j = 0; j < k && fraction > 0; ++j) {
+      std::size_t e = rnd() % n;
+      bytes[e * es] ^= static_cast<unsigned char>(1 + rnd() % 255);  // never a no-op
+    }
+  }
+}
+
+}  // namespace
+
+int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
+  try {
+    for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
+    SafetensorsSource checkpoint(args.checkpoint_files);
+    ProgressSource source(checkpoint, args.rank == 0);
+    HttpClient::Options hopts;
+    hopts.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.receiver_timeout_s * 1000));
+    hopts.bearer_token = cfg.receiver_token;
+    HttpClient client(args.receiver_url, hopts);
+    std::unique_ptr<TrainerGroup> group;
+    if (cfg.trainer_ranks > 1)
+      group = make_gloo_trainer_group(args.rank, cfg.trainer_ranks, args.rendezvous_dir,
+                                      std::chrono::milliseconds(static_cast<int64_t>(cfg.group_timeout_s * 1000)));
+    auto fields = cfg.init_info;
+    fields["backend"] = cfg.backend;
+    fields["rank"] = args.rank;
+    auto t0 = Clock::now();
+    auto engine = trainer_init(InitInfo::from_object(fields, cfg.file), client, &source, group.get());
+    if (args.rank == 0)
+      emit({{"event", "init"}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
+            {"tensors", checkpoint.size()}, {"bytes", checkpoint.total_bytes()},
+            {"plugin", engine->plugin().path()}, {"plugin_version", engine->plugin().version()}});
+    for (int r = 0; r < cfg.rounds; ++r) {
+      source.round = r;
+      SendOptions opts;
+      opts.weight_version = fmt::format("round-{}", r);
+      auto start = Clock::now();
+      engine->send_weights(opts);
+      double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      nlohmann::json ev = {{"event", "round"}, {"round", r}, {"seconds", seconds}, {"bytes", checkpoint.total_bytes()}};
+      if (args.rank == 0 && cfg.verify) {
+        auto remote = client.weight_checksums();
+        std::vector<std::string> mismatched;
+        const auto& meta = checkpoint.metadata();
+        for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+          auto b = checkpoint.bytes(i);
+          auto it = remote.find(meta[i].name);
+          if (it == remote.end() || it->second != checksum_bytes(b.data(), b.size())) mismatched.push_back(meta[i].name);
+        }
+        ev["verified"] = mismatched.empty();
+        ev["checked"] = checkpoint.size();
+        ev["mismatched"] = mismatched.size() > 5 ? std::vector<std::string>(mismatched.begin(), mismatched.begin() + 5)
+                                                 : mismatched;
+        ev["mismatched_count"] = mismatched.size();
+      }
+      if (args.rank == 0) emit(ev);
+      if (r + 1 < cfg.rounds) perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    emit({{"event", "error"}, {"rank", args.rank}, {"message", e.what()}});
+    return 1;
+  }
+}
+
+}  // namespace wt::cli

@@ -1,0 +1,22 @@
+// One trainer rank of `wt launch`, run as its own process. It reports to the coordinator with JSON
+// lines on stdout: {"event":"progress",...} (rank 0, a few per second), {"event":"round",...} and
+// {"event":"error",...}.
+#pragma once
+
+#include "launch_config.hpp"
+
+#include <string>
+#include <vector>
+
+namespace wt::cli {
+
+struct TrainerRankArgs {
+  int rank = 0;
+  std::string receiver_url;
+  std::string rendezvous_dir;
+  std::vector<std::string> checkpoint_files;
+};
+
+int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args);
+
+}  // namespace wt::cli
