@@ -99,14 +99,19 @@ Run add_launch_command(CLI::App& app) {
 
     const bool tty = !o->json && isatty(2);
     for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
-    validate_init_info(cfg);
-    auto files = prepare_checkpoint(cfg, o->json);
+    std::vector<std::string> files;
     uint64_t total = 0;
     std::size_t tensors = 0;
-    {
+    try {
+      validate_init_info(cfg);
+      files = prepare_checkpoint(cfg, o->json);
       SafetensorsSource check(files);  // validates every header before any process starts
       total = check.total_bytes();
       tensors = check.size();
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      if (msg.rfind(cfg.file, 0) == 0) throw;
+      throw Error(e.code(), cfg.file + ": " + msg);
     }
     const std::string exe = self_exe();
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds wt, then runs the main job. Installs missing Debian packages first.
+# Builds wt (installing missing Debian packages first), then runs the main job: a real,
+# verified multi-round weight sync on this machine's CPU (configs/quickstart.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
-build/bin/wt --version
 build/bin/wt plugins
+echo
+build/bin/wt launch configs/quickstart.yaml

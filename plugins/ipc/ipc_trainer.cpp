@@ -4,6 +4,7 @@
 
 #include <wt/dtype.hpp>
 
+#include <chrono>
 #include <cstring>
 
 namespace wt::ipc {
@@ -166,6 +167,8 @@ void IpcTrainer::round(const wt_send_args& args) {
     throw;
   }
   if (sender_) client_.finish_weight_update(args.weight_version);
+  log_.debug("round: packing {:.3f} s, waiting for the worker {:.3f} s, {} update(s)", pack_s_, wait_s_, sent_);
+  pack_s_ = wait_s_ = 0;
 }
 
 void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
@@ -246,8 +249,10 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
     }
     Buffer& b = buffer_for(static_cast<std::size_t>(sent_ % n_buffers), it.cuda_device);
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
+    auto c0 = std::chrono::steady_clock::now();
     if (it.cuda_device < 0) copy_host(b.data() + chunk.used, t.tensor, it.nbytes);
     else cuda::copy(b.data() + chunk.used, src, it.nbytes);
+    pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     chunk.used += it.nbytes;
     chunk.sizes.push_back(it.nbytes);
     chunk.params.push_back(std::move(it.meta));
@@ -284,7 +289,9 @@ void IpcTrainer::sync_one() {
     status = "ok";
     try {
       if (in_flight_) {
+        auto w0 = std::chrono::steady_clock::now();
         in_flight_->wait(aborted_);
+        wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
         in_flight_.reset();
       }
     } catch (const sdk::Error& e) {

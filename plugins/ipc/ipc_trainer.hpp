@@ -68,6 +68,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   bool update_failed_ = false;        // the update RPC itself failed (the worker ended its session)
   bool first_update_failed_ = false;  // ... and it was the round's first update
   int64_t rounds_ok_ = 0;
+  double pack_s_ = 0, wait_s_ = 0;  // per round, for the debug log
 };
 
 }  // namespace wt::ipc

@@ -81,8 +81,11 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
     if (s != WT_OK) fail(s, "the load callback failed: {}", err[0] ? err : "no reason given");
   }
   // A trainer killed mid-round cannot unlink what it created; the last user does.
-  for (const auto& name : used_this_round_)
-    if (segment_creator_dead(name)) shm_unlink(name.c_str());
+  for (const auto& map : u.handle_maps)
+    if (auto it = map.find(key_); it != map.end() && it->contains("name") && (*it)["name"].is_string()) {
+      const auto& name = (*it)["name"].get_ref<const std::string&>();
+      if (segment_creator_dead(name)) shm_unlink(name.c_str());
+    }
 }
 
 void IpcWorker::finish() {

@@ -1,0 +1,116 @@
+// `wt launch` as a user runs it: every CPU config in configs/ goes green, and bad configs get an
+// error naming the file, the line and the key.
+#include "support/process.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+using ::testing::HasSubstr;
+
+namespace wt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string cache_env() { return std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache"; }
+
+test::ProcessResult launch(const std::string& config, const std::string& flags = "--json") {
+  return test::run_process(cache_env() + " " + WT_CLI_PATH + " launch " + config + " " + flags);
+}
+
+std::string write_config(const std::string& name, const std::string& text) {
+  auto dir = fs::path(WT_BUILD_DIR) / "test-configs";
+  fs::create_directories(dir);
+  auto p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// The CPU configs (those with an embedded receiver) shipped in configs/.
+std::vector<std::string> cpu_configs() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(fs::path(WT_SOURCE_DIR) / "configs")) {
+    std::ifstream f(e.path());
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    if (text.find("embedded: false") == std::string::npos) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(Launch, EveryCpuConfigRunsGreen) {
+  auto configs = cpu_configs();
+  ASSERT_GE(configs.size(), 2u);
+  for (const auto& c : configs) {
+    auto r = launch(c);
+    ASSERT_EQ(r.exit_code, 0) << c << "\n" << r.output;
+    auto report = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    EXPECT_TRUE(report["ok"].get<bool>()) << c;
+    ASSERT_FALSE(report["rounds"].empty());
+    for (const auto& round : report["rounds"]) EXPECT_TRUE(round["verified"].get<bool>()) << c;
+    EXPECT_GT(report["mean_gb_per_s"].get<double>(), 0.0);
+  }
+}
+
+TEST(Launch, HumanOutputHasRoundsAndASummary) {
+  auto cfg = write_config("small.yaml", R"(backend: ipc
+init_info: {packed: true, packed_buffer_size_bytes: 1048576}
+source: {generate: {model: tiny, dtype: bfloat16}}
+rounds: 2
+)");
+  auto r = launch(cfg, "");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("round 2/2"));
+  EXPECT_THAT(r.output, HasSubstr("verified"));
+  EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
+}
+
+struct BadConfig {
+  std::string name, text, expected;
+};
+
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
+
+class LaunchRejects : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(LaunchRejects, NamingFileLineAndKey) {
+  const auto& c = GetParam();
+  auto path = write_config(c.name + ".yaml", c.text);
+  auto r = launch(path);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(path + c.expected)) << r.output;
+}
+
+const char* kGood = "backend: ipc\nsource: {generate: {model: tiny}}\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, LaunchRejects,
+    ::testing::Values(
+        BadConfig{"unknown_key", std::string(kGood) + "rounds_: 3\n", ":3:1: unknown key 'rounds_'"},
+        BadConfig{"wrong_type", std::string(kGood) + "rounds: three\n", ":3:9: 'rounds' must be an integer, got 'three'"},
+        BadConfig{"nested_unknown", std::string(kGood) + "receiver:\n  embeded: true\n", ":4:3: unknown key 'receiver.embeded'"},
+        BadConfig{"init_info_key", "backend: ipc\ninit_info:\n  packed: true\n  pakced: false\nsource: {generate: {model: tiny}}\n",
+                  ":4:3: init_info.pakced: invalid init_info for backend 'ipc': unknown field 'pakced'"},
+        BadConfig{"init_info_type", "backend: ipc\ninit_info:\n  packed: \"yes\"\nsource: {generate: {model: tiny}}\n",
+                  ":3:3: init_info.packed: invalid init_info for backend 'ipc': field 'packed' must be a boolean, got a string"},
+        BadConfig{"rank_set", "backend: ipc\ninit_info:\n  rank: 0\nsource: {generate: {model: tiny}}\n", ":3:9: 'init_info.rank' is set by wt launch"},
+        BadConfig{"syntax", "backend: ipc\nsource: [unclosed\n", ":3:1: not valid YAML"},
+        BadConfig{"no_source", "backend: ipc\n", ":1:1: missing key 'source'"},
+        BadConfig{"unknown_model", "backend: ipc\nsource: {generate: {model: gpt5}}\n", ": unknown model layout 'gpt5'"},
+        BadConfig{"missing_backend_plugin", "backend: nosuch\nsource: {generate: {model: tiny}}\n", ": no plugin for backend 'nosuch'"}),
+    [](const auto& p) { return p.param.name; });
+
+TEST(Launch, ReceiverGoneIsAnErrorNotAHang) {
+  auto cfg = write_config("gone.yaml", std::string(kGood) + "receiver: {embedded: false, url: \"http://127.0.0.1:1\", timeout_s: 5}\n");
+  auto r = launch(cfg, "");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("POST http://127.0.0.1:1/init_weight_transfer_engine failed"));
+  EXPECT_THAT(r.output, HasSubstr("FAILED"));
+}
+
+}  // namespace
+}  // namespace wt
