@@ -1,0 +1,101 @@
+// CUDA memory over the ipc backend. Without a GPU (or without a driver) every CUDA path must fail
+// with WT_ERR_UNSUPPORTED and a clear reason, never crash; with one, a CUDA trainer process and a
+// `wt serve --device cuda:0` receiver sync byte-exact, and a worker whose GPU UUID is missing
+// from the handles gets an error listing the UUIDs present.
+#include <wt/http_client.hpp>
+#include <wt/wt.hpp>
+
+#include "subprocess.hpp"
+#include "support/model.hpp"
+#include "support/recording_client.hpp"
+
+#include <cuda_runtime_api.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using ::testing::HasSubstr;
+
+namespace wt {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+TEST(IpcCudaWithoutGpu, CudaWorkerIsUnsupportedNotACrash) {
+  if (have_gpu()) GTEST_SKIP() << "a GPU is present";
+  try {
+    WorkerEngine::create("ipc", R"({"packed":false})", {kDLCUDA, 0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_UNSUPPORTED) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("cudaGetDeviceProperties failed"));
+  }
+}
+
+TEST(IpcCudaWithoutGpu, CudaTensorIsUnsupportedNotACrash) {
+  if (have_gpu()) GTEST_SKIP() << "a GPU is present";
+  struct OneCudaTensor : WeightSource {
+    std::vector<int64_t> shape{4};
+    std::vector<ParamMeta> meta{{"w", {kDLFloat, 32, 1}, {4}}};
+    int i = 0;
+    const std::vector<ParamMeta>& metadata() override { return meta; }
+    void begin() override { i = 0; }
+    bool next(wt_tensor& out) override {
+      if (i++) return false;
+      out.name = "w";
+      out.tensor = DLTensor{reinterpret_cast<void*>(0x10000), {kDLCUDA, 0}, 1, {kDLFloat, 32, 1}, shape.data(), nullptr, 0};
+      return true;
+    }
+    void end() override {}
+  } source;
+  for (bool packed : {false, true}) {
+    test::RecordingClient client;
+    auto engine = trainer_init(InitInfo::from_object({{"backend", "ipc"}, {"rank", 0}, {"packed", packed}}), client, &source);
+    try {
+      engine->send_weights();
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_UNSUPPORTED) << e.what();
+    }
+  }
+}
+
+class IpcCudaGpu : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(IpcCudaGpu, TrainerProcessToCudaReceiverIsByteExact) {
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc", "--device", "cuda:0"});
+  std::vector<std::string> argv{WT_TEST_TRAINER_PATH, "--url", url, "--cuda", "--rounds", "3"};
+  if (GetParam()) argv.insert(argv.end(), {"--packed", "--buffer-bytes", "262144"});
+  cli::Child trainer(argv);
+  ASSERT_EQ(trainer.wait(), 0) << trainer.output();
+  EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(3, 40, 64, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcCudaGpu, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
+
+TEST(IpcCudaGpuUuid, MissingUuidListsThePresentOnes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto worker = WorkerEngine::create("ipc", R"({"packed":false})", {kDLCUDA, 0});
+  worker->start();
+  try {
+    worker->receive(R"({"names":["w"],"dtype_names":["float32"],"shapes":[[1]],
+      "ipc_handles":[{"GPU-00000000-1111-2222-3333-444444444444":{"kind":"cuda","handle":"AA==","size":4,"offset":0}}]})",
+                    [](std::span<const wt_tensor>) {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_NOT_FOUND);
+    EXPECT_THAT(e.what(), HasSubstr("IPC handle not found for GPU-"));
+    EXPECT_THAT(e.what(), HasSubstr("Available: [GPU-00000000-1111-2222-3333-444444444444]"));
+  }
+}
+
+}  // namespace
+}  // namespace wt
