@@ -30,16 +30,25 @@ HttpClient::HttpClient(std::string base_url, Options options) : base_(std::move(
                 fmt::format("receiver URL '{}' must start with http:// (https is not built in)", base_));
 }
 
+HttpClient::~HttpClient() = default;
+
 nlohmann::json HttpClient::post(const std::string& path, const std::string* body) {
-  httplib::Client cli(base_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto t = options_.timeout;
-  cli.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-  cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-  cli.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  if (!conn_) {
+    conn_ = std::make_unique<httplib::Client>(base_);
+    conn_->set_keep_alive(true);
+    conn_->set_tcp_nodelay(true);
+    conn_->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+    conn_->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+    conn_->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  }
+  auto& cli = *conn_;
   httplib::Headers headers;
   if (!options_.bearer_token.empty()) headers.emplace("Authorization", "Bearer " + options_.bearer_token);
   auto res = body ? cli.Post(path, headers, *body, "application/json") : cli.Post(path, headers);
   std::string where = "POST " + base_ + path;
+  if (!res) conn_.reset();  // start the next call on a fresh connection
   if (!res) {
     auto err = res.error();
     wt_status code = (err == httplib::Error::Read || err == httplib::Error::Write ||

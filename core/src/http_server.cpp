@@ -73,6 +73,9 @@ HttpServer::HttpServer(Receiver& receiver, Options options)
   auto& s = impl_->server;
   Receiver* r = &receiver;
   s.set_payload_max_length(options_.max_body_bytes);
+  s.set_tcp_nodelay(true);
+  s.set_keep_alive_max_count(1000000);
+  s.set_keep_alive_timeout(2);  // stop() waits for idle kept-alive connections this long at most
   s.set_read_timeout(std::chrono::seconds(300));
   s.set_write_timeout(std::chrono::seconds(300));
   if (!options_.bearer_token.empty()) {

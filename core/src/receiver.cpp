@@ -8,8 +8,27 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <sys/mman.h>
 
 namespace wt {
+
+void Receiver::Tensor::Unmap::operator()(unsigned char* p) const {
+  if (p != nullptr) munmap(p, size);
+}
+
+namespace {
+
+// Fewer TLB misses on the copy that loads every byte: ask for huge pages where the kernel offers
+// them on request (transparent_hugepage=madvise).
+std::unique_ptr<unsigned char, Receiver::Tensor::Unmap> allocate(std::size_t nbytes) {
+  std::size_t size = nbytes == 0 ? 1 : nbytes;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw Error(WT_ERR_SYSTEM, fmt::format("cannot allocate {} bytes for received weights", size));
+  if (size >= (std::size_t{2} << 20)) madvise(p, size, MADV_HUGEPAGE);
+  return {static_cast<unsigned char*>(p), Receiver::Tensor::Unmap{size}};
+}
+
+}  // namespace
 
 Receiver::Receiver(Options options) : options_(std::move(options)) {
   if (options_.backend.empty()) throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
@@ -89,7 +108,7 @@ void Receiver::load(std::span<const wt_tensor> tensors) {
       slot = std::move(spare->second);
       spare_.erase(spare);
     } else {
-      slot.data.reset(new unsigned char[nbytes == 0 ? 1 : nbytes]);
+      slot.data = allocate(nbytes);
       slot.nbytes = nbytes;
     }
     slot.dtype = d.dtype;

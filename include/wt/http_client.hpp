@@ -14,7 +14,13 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+
+namespace httplib {
+class Client;
+}
 
 namespace wt {
 
@@ -26,6 +32,7 @@ class HttpClient : public Client {
   };
   explicit HttpClient(std::string base_url, Options options);
   explicit HttpClient(std::string base_url) : HttpClient(std::move(base_url), Options{}) {}
+  ~HttpClient() override;
 
   void init_weight_transfer_engine(std::string_view init_info_json) override;
   void start_weight_update() override;
@@ -42,6 +49,9 @@ class HttpClient : public Client {
   nlohmann::json post(const std::string& path, const std::string* body);
   std::string base_;
   Options options_;
+  // One kept-alive connection, used by one call at a time.
+  std::mutex mu_;
+  std::unique_ptr<httplib::Client> conn_;
 };
 
 }  // namespace wt

@@ -34,7 +34,12 @@ class Receiver {
   struct Tensor {
     DLDataType dtype{};
     std::vector<int64_t> shape;
-    std::unique_ptr<unsigned char[]> data;
+    // Host memory from mmap, with transparent huge pages requested for large tensors.
+    struct Unmap {
+      std::size_t size;
+      void operator()(unsigned char* p) const;
+    };
+    std::unique_ptr<unsigned char, Unmap> data{nullptr, Unmap{0}};
     std::size_t nbytes = 0;
   };
 
