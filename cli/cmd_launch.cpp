@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -207,11 +208,12 @@ Run add_launch_command(CLI::App& app) {
     if (!rendezvous.empty()) std::filesystem::remove_all(rendezvous);
 
     bool all_verified = true;
-    double seconds = 0;
+    double seconds = 0, fastest = 0;
     uint64_t bytes = 0;
     for (const auto& r : results) {
       seconds += r.seconds;
       bytes += r.bytes;
+      if (r.seconds > 0) fastest = std::max(fastest, static_cast<double>(r.bytes) / r.seconds / 1e9);
       if (cfg.verify && !(r.has_verify && r.verified)) all_verified = false;
     }
     const bool ok = ranks_ok && errors.empty() && static_cast<int>(results.size()) == cfg.rounds && all_verified;
@@ -227,6 +229,7 @@ Run add_launch_command(CLI::App& app) {
                                {"tensors", tensors}, {"bytes_per_round", total}, {"rounds", rounds},
                                {"total_seconds", seconds},
                                {"mean_gb_per_s", seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0},
+                               {"fastest_gb_per_s", fastest},
                                {"errors", errors}};
       if (!init_event.is_null()) report["trainer_init_seconds"] = init_event["seconds"];
       fmt::print("{}\n", report.dump(2));
@@ -239,6 +242,9 @@ Run add_launch_command(CLI::App& app) {
       if (seconds > 0)
         fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}\n", "total", seconds, gb(static_cast<double>(bytes)),
                    static_cast<double>(bytes) / seconds / 1e9);
+      if (fastest > 0)
+        fmt::print("  fastest round: {:.2f} GB/s (the first rounds of a process also pay for first touches of "
+                   "fresh memory)\n", fastest);
       for (const auto& e : errors) fmt::print(stderr, "wt launch: error: {}\n", e);
       fmt::print("\n{}\n", ok ? (cfg.verify ? "OK: every round verified" : "OK: every round completed (not verified)")
                               : "FAILED");

@@ -33,22 +33,28 @@ HttpClient::HttpClient(std::string base_url, Options options) : base_(std::move(
 HttpClient::~HttpClient() = default;
 
 nlohmann::json HttpClient::post(const std::string& path, const std::string* body) {
-  std::lock_guard<std::mutex> lock(mu_);
   auto t = options_.timeout;
-  if (!conn_) {
-    conn_ = std::make_unique<httplib::Client>(base_);
-    conn_->set_keep_alive(true);
-    conn_->set_tcp_nodelay(true);
-    conn_->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-    conn_->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-    conn_->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-  }
-  auto& cli = *conn_;
+  auto make = [&] {
+    auto c = std::make_unique<httplib::Client>(base_);
+    c->set_keep_alive(true);
+    c->set_tcp_nodelay(true);
+    c->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+    c->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+    c->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+    return c;
+  };
+  // Calls normally come one at a time and share the kept-alive connection; a call made while
+  // another is in flight (an engine giving up a round) gets its own, so it never waits for it.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  std::unique_ptr<httplib::Client> own;
+  if (lock.owns_lock() && !conn_) conn_ = make();
+  if (!lock.owns_lock()) own = make();
+  auto& cli = lock.owns_lock() ? *conn_ : *own;
   httplib::Headers headers;
   if (!options_.bearer_token.empty()) headers.emplace("Authorization", "Bearer " + options_.bearer_token);
   auto res = body ? cli.Post(path, headers, *body, "application/json") : cli.Post(path, headers);
   std::string where = "POST " + base_ + path;
-  if (!res) conn_.reset();  // start the next call on a fresh connection
+  if (!res && lock.owns_lock()) conn_.reset();  // start the next call on a fresh connection
   if (!res) {
     auto err = res.error();
     wt_status code = (err == httplib::Error::Read || err == httplib::Error::Write ||

@@ -173,11 +173,6 @@ void HttpServer::start() {
   while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-void HttpServer::run() {
-  start();
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
-
 void HttpServer::stop() {
   impl_->server.stop();
   if (impl_->thread.joinable() && impl_->thread.get_id() != std::this_thread::get_id()) impl_->thread.join();

@@ -169,8 +169,14 @@ Plugin::Plugin(std::shared_ptr<boost::dll::shared_library> lib, const wt_plugin_
   host_.log = &host_log;
 }
 
-// Never dlclose: the library object is intentionally leaked (see registry.hpp).
-Plugin::~Plugin() { new std::shared_ptr<boost::dll::shared_library>(std::move(lib_)); }
+// Never dlclose (see registry.hpp): a library outlives every Plugin made from it, so code and
+// static data of an unloaded plugin can never be reached through a stale pointer.
+Plugin::~Plugin() {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<boost::dll::shared_library>>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(lib_));
+}
 
 std::shared_ptr<const Plugin> load_plugin_file(const std::string& path, const std::string& backend) {
   namespace dll = boost::dll;

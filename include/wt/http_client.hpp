@@ -49,7 +49,7 @@ class HttpClient : public Client {
   nlohmann::json post(const std::string& path, const std::string* body);
   std::string base_;
   Options options_;
-  // One kept-alive connection, used by one call at a time.
+  // The kept-alive connection of the call in progress; concurrent calls open their own.
   std::mutex mu_;
   std::unique_ptr<httplib::Client> conn_;
 };

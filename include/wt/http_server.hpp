@@ -34,8 +34,6 @@ class HttpServer {
 
   // Binds (throws wt::Error naming host:port when it cannot) and serves on a background thread.
   void start();
-  // Binds and serves on the calling thread until stop().
-  void run();
   void stop();
   int port() const { return port_; }
   std::string url() const;

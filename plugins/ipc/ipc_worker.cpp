@@ -61,7 +61,10 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
     Handle h = select_handle(u.handle_maps.at(0), key_, "ipc_handles");
     unsigned char* base = map_handle(h, total, "ipc_handles");
     uint64_t off = 0;
-    for (std::size_t i = 0; i < u.params.size(); ++i, off += u.nbytes[i - 1]) data[i] = base + off;
+    for (std::size_t i = 0; i < u.params.size(); ++i) {
+      data[i] = base + off;
+      off += u.nbytes[i];
+    }
   } else {
     for (std::size_t i = 0; i < u.params.size(); ++i) {
       std::string what = "ipc_handles[" + std::to_string(i) + "] ('" + u.params[i].name + "')";
