@@ -43,18 +43,26 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
     c->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
     return c;
   };
-  // Calls normally come one at a time and share the kept-alive connection; a call made while
-  // another is in flight (an engine giving up a round) gets its own, so it never waits for it.
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  std::unique_ptr<httplib::Client> own;
-  if (lock.owns_lock() && !conn_) conn_ = make();
-  if (!lock.owns_lock()) own = make();
-  auto& cli = lock.owns_lock() ? *conn_ : *own;
+  // Calls share kept-alive connections; one made while another is in flight (an engine with
+  // several updates outstanding, or giving up a round) takes its own and never waits for it.
+  std::unique_ptr<httplib::Client> conn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      conn = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!conn) conn = make();
+  auto& cli = *conn;
   httplib::Headers headers;
   if (!options_.bearer_token.empty()) headers.emplace("Authorization", "Bearer " + options_.bearer_token);
   auto res = body ? cli.Post(path, headers, *body, "application/json") : cli.Post(path, headers);
   std::string where = "POST " + base_ + path;
-  if (!res && lock.owns_lock()) conn_.reset();  // start the next call on a fresh connection
+  if (res) {  // a failed connection is dropped, a good one kept for the next call
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() < 8) idle_.push_back(std::move(conn));
+  }
   if (!res) {
     auto err = res.error();
     wt_status code = (err == httplib::Error::Read || err == httplib::Error::Write ||

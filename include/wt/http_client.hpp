@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace httplib {
 class Client;
@@ -49,9 +50,9 @@ class HttpClient : public Client {
   nlohmann::json post(const std::string& path, const std::string* body);
   std::string base_;
   Options options_;
-  // The kept-alive connection of the call in progress; concurrent calls open their own.
+  // Kept-alive connections not in use; a call takes one (or opens one) and puts it back.
   std::mutex mu_;
-  std::unique_ptr<httplib::Client> conn_;
+  std::vector<std::unique_ptr<httplib::Client>> idle_;
 };
 
 }  // namespace wt

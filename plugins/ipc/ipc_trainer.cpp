@@ -95,7 +95,7 @@ IpcTrainer::IpcTrainer(const wt_host_api* host, const IpcInitInfo& info, sdk::Cl
 }
 
 IpcTrainer::~IpcTrainer() {
-  in_flight_.reset();
+  in_flight_.clear();
   parked_.clear();  // joins RPC threads left by failed rounds
 }
 
@@ -110,7 +110,8 @@ void IpcTrainer::send_weights(const wt_send_args& args) {
   // A failed round never joins an in-flight RPC, and drops every segment: a worker that failed may
   // not hold mappings of the old (already unlinked) ones, so the next round exports fresh ones.
   auto give_up = [this] {
-    if (in_flight_) parked_.push_back(std::move(in_flight_));
+    for (auto& rpc : in_flight_) parked_.push_back(std::move(rpc));
+    in_flight_.clear();
     release_all();
   };
   try {
@@ -206,8 +207,9 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
     client_.start_weight_update();
     auto update = describe(params);
     update["ipc_handles"] = merged;
-    in_flight_ = std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); });
+    in_flight_.push_back(std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
   }
+  ++sent_;
   sync_one();
 }
 
@@ -264,7 +266,9 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
 void IpcTrainer::flush(Chunk& chunk, std::size_t index) {
   Buffer& b = buffers_.at(index);
   if (b.cuda_device >= 0) cuda::synchronize(b.cuda_device);
-  if (completed_ < sent_) sync_one();  // one update in flight at a time, in order
+  // Up to buffers - 1 updates in flight, so the workers never wait for the next request; the
+  // count is the same on every rank, so their collectives line up.
+  while (sent_ - completed_ >= std::max<int64_t>(1, info_.packed_num_buffers - 1)) sync_one();
   Handle h;
   if (b.shm) {
     h = Handle{"shm", b.shm->name(), "", b.shm->size(), 0};
@@ -277,7 +281,7 @@ void IpcTrainer::flush(Chunk& chunk, std::size_t index) {
     auto update = describe(chunk.params);
     update["tensor_sizes"] = chunk.sizes;
     update["ipc_handles"] = merged.at(0);
-    in_flight_ = std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); });
+    in_flight_.push_back(std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
   }
   ++sent_;
 }
@@ -288,11 +292,11 @@ void IpcTrainer::sync_one() {
   if (sender_) {
     status = "ok";
     try {
-      if (in_flight_) {
+      if (!in_flight_.empty()) {
         auto w0 = std::chrono::steady_clock::now();
-        in_flight_->wait(aborted_);
+        in_flight_.front()->wait(aborted_);
         wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-        in_flight_.reset();
+        in_flight_.pop_front();
       }
     } catch (const sdk::Error& e) {
       update_failed_ = e.code() != WT_ERR_ABORTED;

@@ -9,6 +9,7 @@
 #include <wt/sdk/plugin.hpp>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -43,7 +44,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   void send_unpacked(sdk::SourceRef::Pass& pass);
   void send_packed(sdk::SourceRef::Pass& pass);
   void flush(Chunk& chunk, std::size_t buffer_index);
-  // Waits for the in-flight update, tells every rank how it went, and releases what it used.
+  // Waits for the oldest in-flight update, tells every rank how it went, and releases what it used.
   void sync_one();
   Buffer& buffer_for(std::size_t index, int cuda_device);
   // Every rank's handle maps, merged at the sender (its own first, then other ranks in order).
@@ -62,7 +63,7 @@ class IpcTrainer final : public sdk::TrainerBase {
 
   std::vector<Buffer> buffers_;                 // packed mode, by index
   std::map<std::string, ShmSegment> by_name_;  // unpacked host tensors, reused across rounds
-  std::unique_ptr<AsyncRpc> in_flight_;
+  std::deque<std::unique_ptr<AsyncRpc>> in_flight_;  // oldest first; packed: up to buffers - 1
   std::vector<std::unique_ptr<AsyncRpc>> parked_;  // failed rounds' RPC threads; joined at destroy
   int64_t sent_ = 0, completed_ = 0;               // packed chunks launched / confirmed this round
   bool update_failed_ = false;        // the update RPC itself failed (the worker ended its session)
