@@ -2,6 +2,7 @@
 
 #include <wt/error.hpp>
 #include <wt/init_info.hpp>
+#include <wt/yaml_json.hpp>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -79,38 +80,6 @@ class Section {
   std::set<std::string> known_;
 };
 
-nlohmann::json to_json(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      auto o = nlohmann::json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second);
-      return o;
-    }
-    case YAML::NodeType::Sequence: {
-      auto a = nlohmann::json::array();
-      for (const auto& x : n) a.push_back(to_json(x));
-      return a;
-    }
-    case YAML::NodeType::Scalar: {
-      const auto& v = n.Scalar();
-      if (n.Tag() == "!") return v;
-      if (v == "true") return true;
-      if (v == "false") return false;
-      static const std::regex int_re(R"(^[-+]?[0-9]+$)"), float_re(R"(^[-+]?[0-9]*\.[0-9]+([eE][-+]?[0-9]+)?$)");
-      if (std::regex_match(v, int_re)) {
-        try {
-          return std::stoll(v);
-        } catch (...) {
-          return v;
-        }
-      }
-      if (std::regex_match(v, float_re)) return std::stod(v);
-      return v;
-    }
-    default: return nullptr;
-  }
-}
-
 }  // namespace
 
 std::string generated_checkpoint_dir(const LaunchConfig::Generate& g) {
@@ -145,7 +114,7 @@ LaunchConfig load_launch_config(const std::string& path) {
       ii.fail(ii.node()["rank"], "'init_info.rank' is set by wt launch for each trainer process; remove it");
     if (ii.node()["backend"].IsDefined())
       ii.fail(ii.node()["backend"], "'init_info.backend' belongs at the top level ('backend:')");
-    c.init_info = to_json(ii.node());
+    c.init_info = yaml_to_json(ii.node());
     for (const auto& kv : ii.node())
       c.init_info_marks[kv.first.as<std::string>()] = {kv.first.Mark().line + 1, kv.first.Mark().column + 1};
   }

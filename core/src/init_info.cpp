@@ -1,7 +1,7 @@
 #include <wt/init_info.hpp>
 
 #include "internal.hpp"
-#include "yaml_json.hpp"
+#include <wt/yaml_json.hpp>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>

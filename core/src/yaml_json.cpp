@@ -1,4 +1,4 @@
-#include "yaml_json.hpp"
+#include <wt/yaml_json.hpp>
 
 #include <wt/error.hpp>
 

@@ -1,4 +1,5 @@
-// YAML -> JSON conversion with YAML 1.2 core-schema typing of plain scalars.
+// YAML -> JSON, as libwt reads YAML init infos and wt launch reads configs: plain scalars are typed
+// by the YAML 1.2 core schema, quoted ones stay strings.
 #pragma once
 
 #include <nlohmann/json.hpp>
