@@ -9,8 +9,8 @@
 
 #include "subprocess.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -30,7 +30,8 @@ class BlockSource : public wt::WeightSource {
       blocks_.emplace_back(new unsigned char[tensor_bytes]);
       std::memset(blocks_.back().get(), static_cast<int>(i), tensor_bytes);
       shapes_.push_back({static_cast<int64_t>(tensor_bytes / 4)});
-      meta_.push_back({fmt::format("model.layers.{}.weight", i), {kDLFloat, 32, 1}, shapes_.back()});
+      meta_.push_back(
+          {fmt::format("model.layers.{}.weight", i), {kDLFloat, 32, 1}, shapes_.back()});
     }
     bytes_ = tensor_bytes;
   }
@@ -39,7 +40,8 @@ class BlockSource : public wt::WeightSource {
   bool next(wt_tensor& out) override {
     if (next_ >= blocks_.size()) return false;
     out.name = meta_[next_].name.c_str();
-    out.tensor = DLTensor{blocks_[next_].get(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shapes_[next_].data(), nullptr, 0};
+    out.tensor = DLTensor{blocks_[next_].get(),  {kDLCPU, 0}, 1, {kDLFloat, 32, 1},
+                          shapes_[next_].data(), nullptr,     0};
     ++next_;
     return true;
   }
@@ -74,7 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--tensor-mib", tensor_mib, "Size of each tensor")->capture_default_str();
   app.add_option("--wt", wt_path, "Path of the wt program (default: next to this one)");
   CLI11_PARSE(app, argc, argv);
-  if (wt_path.empty()) wt_path = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "wt").string();
+  if (wt_path.empty())
+    wt_path = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "wt").string();
 
   const auto total = static_cast<std::size_t>(gib * (1ull << 30));
   BlockSource source(total, static_cast<std::size_t>(tensor_mib) << 20);
@@ -88,12 +91,15 @@ int main(int argc, char** argv) {
   }
   auto memcpy_once = [&] {
     auto t0 = Clock::now();
-    for (std::size_t i = 0; i < source.count(); ++i) std::memcpy(dst[i].get(), source.block(i), source.block_bytes());
+    for (std::size_t i = 0; i < source.count(); ++i)
+      std::memcpy(dst[i].get(), source.block(i), source.block_bytes());
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   memcpy_once();  // warm
-  fmt::print("model: {} tensors x {} MiB = {:.2f} GiB; memcpy and ipc rounds alternate, figures are medians\n",
-             source.count(), tensor_mib, static_cast<double>(source.total()) / (1ull << 30));
+  fmt::print(
+      "model: {} tensors x {} MiB = {:.2f} GiB; memcpy and ipc rounds alternate, figures are "
+      "medians\n",
+      source.count(), tensor_mib, static_cast<double>(source.total()) / (1ull << 30));
 
   struct Case {
     const char* name;
@@ -112,7 +118,8 @@ int main(int argc, char** argv) {
     {
       wt::HttpClient client(url);
       nlohmann::json fields = {{"backend", "ipc"}, {"rank", 0}, {"packed", c.packed}};
-      if (c.packed) fields.update({{"packed_buffer_size_bytes", c.buffer}, {"packed_num_buffers", c.buffers}});
+      if (c.packed)
+        fields.update({{"packed_buffer_size_bytes", c.buffer}, {"packed_num_buffers", c.buffers}});
       auto engine = wt::trainer_init(wt::InitInfo::from_object(fields), client, &source);
       std::vector<double> ipc, mc, ratio;
       for (int r = 0; r < warmup + rounds; ++r) {
@@ -127,8 +134,8 @@ int main(int argc, char** argv) {
       }
       auto gbs = [&](double sec) { return static_cast<double>(source.total()) / sec / 1e9; };
       best_ratio = std::max(best_ratio, median(ratio));
-      fmt::print("{:<40} {:>7.3f} s {:>6.2f} GB/s | memcpy {:>6.2f} GB/s | {:.2f}x memcpy\n", c.name, median(ipc),
-                 gbs(median(ipc)), gbs(median(mc)), median(ratio));
+      fmt::print("{:<40} {:>7.3f} s {:>6.2f} GB/s | memcpy {:>6.2f} GB/s | {:.2f}x memcpy\n",
+                 c.name, median(ipc), gbs(median(ipc)), gbs(median(mc)), median(ratio));
       std::fflush(stdout);
     }
     server->kill(SIGTERM);

@@ -13,8 +13,8 @@
 #include <wt/safetensors.hpp>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -32,21 +32,27 @@ std::string self_exe() {
   return p.string();
 }
 
-std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
+std::string gb(double bytes) {
+  return fmt::format("{:.2f}", bytes / 1e9);
+}
 
 std::vector<std::string> prepare_checkpoint(const LaunchConfig& cfg, bool quiet) {
   if (!cfg.generate) return expand_checkpoint_paths(cfg.safetensors);
   const auto& g = *cfg.generate;
   auto dtype = dtype_from_torch_name(g.dtype);
-  if (!dtype) throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: source.generate.dtype '{}' is not a dtype wt knows", cfg.file, g.dtype));
+  if (!dtype)
+    throw Error(
+        WT_ERR_INVALID_ARGUMENT,
+        fmt::format("{}: source.generate.dtype '{}' is not a dtype wt knows", cfg.file, g.dtype));
   auto layout = model_layout(g.model, *dtype);
   std::string dir = generated_checkpoint_dir(g);
   std::error_code ec;
   std::string marker = dir + "/.complete";
   if (std::filesystem::exists(marker, ec)) return expand_checkpoint_paths({dir});
   if (!quiet)
-    fmt::print(stderr, "generating a synthetic {} checkpoint ({:.0f}M parameters, {} GB) in {}\n", g.model,
-               static_cast<double>(layout.total_params()) / 1e6, gb(static_cast<double>(layout.total_bytes())), dir);
+    fmt::print(stderr, "generating a synthetic {} checkpoint ({:.0f}M parameters, {} GB) in {}\n",
+               g.model, static_cast<double>(layout.total_params()) / 1e6,
+               gb(static_cast<double>(layout.total_bytes())), dir);
   std::filesystem::remove_all(dir, ec);
   auto files = write_synthetic_checkpoint(dir, layout, g.seed, g.shards);
   FILE* f = std::fopen(marker.c_str(), "w");
@@ -71,15 +77,17 @@ void draw_progress(int round, int rounds, uint64_t bytes, uint64_t total, double
   double eta = rate > 0 ? static_cast<double>(total - bytes) / rate : 0;
   std::string bar(static_cast<std::size_t>(filled), '#');
   bar.append(static_cast<std::size_t>(width - filled), '.');
-  fmt::print(stderr, "\r  round {}/{} [{}] {:>7} / {} GB  {:>6.2f} GB/s  ETA {:4.1f}s ", round + 1, rounds, bar,
-             gb(static_cast<double>(bytes)), gb(static_cast<double>(total)), rate / 1e9, eta);
+  fmt::print(stderr, "\r  round {}/{} [{}] {:>7} / {} GB  {:>6.2f} GB/s  ETA {:4.1f}s ", round + 1,
+             rounds, bar, gb(static_cast<double>(bytes)), gb(static_cast<double>(total)),
+             rate / 1e9, eta);
   std::fflush(stderr);
 }
 
 }  // namespace
 
 Run add_launch_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("launch", "Run a weight sync from a YAML config (see docs/config.md)");
+  auto* cmd =
+      app.add_subcommand("launch", "Run a weight sync from a YAML config (see docs/config.md)");
   struct Opts {
     std::string config;
     bool json = false;
@@ -126,19 +134,29 @@ Run add_launch_command(CLI::App& app) {
     std::string rendezvous;
     if (cfg.trainer_ranks > 1) {
       char tmpl[] = "/tmp/wt-launch-XXXXXX";
-      if (mkdtemp(tmpl) == nullptr) throw Error(WT_ERR_SYSTEM, "cannot create a rendezvous directory in /tmp");
+      if (mkdtemp(tmpl) == nullptr)
+        throw Error(WT_ERR_SYSTEM, "cannot create a rendezvous directory in /tmp");
       rendezvous = tmpl;
     }
     if (!o->json)
-      fmt::print("wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver {}{} | {} round(s)\n",
-                 cfg.backend, cfg.trainer_ranks, tensors, gb(static_cast<double>(total)), url,
-                 cfg.embedded_receiver ? " (embedded)" : "", cfg.rounds);
+      fmt::print(
+          "wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver {}{} | {} "
+          "round(s)\n",
+          cfg.backend, cfg.trainer_ranks, tensors, gb(static_cast<double>(total)), url,
+          cfg.embedded_receiver ? " (embedded)" : "", cfg.rounds);
     std::fflush(stdout);
 
     std::vector<std::unique_ptr<Child>> ranks;
     for (int k = 0; k < cfg.trainer_ranks; ++k) {
-      std::vector<std::string> argv{exe, "launch", cfg.file, "--trainer-rank", std::to_string(k),
-                                    "--receiver-url", url, "--rendezvous-dir", rendezvous.empty() ? "-" : rendezvous};
+      std::vector<std::string> argv{exe,
+                                    "launch",
+                                    cfg.file,
+                                    "--trainer-rank",
+                                    std::to_string(k),
+                                    "--receiver-url",
+                                    url,
+                                    "--rendezvous-dir",
+                                    rendezvous.empty() ? "-" : rendezvous};
       for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
       ranks.push_back(std::make_unique<Child>(argv));
     }
@@ -160,7 +178,8 @@ Run add_launch_command(CLI::App& app) {
         init_event = ev;
         round_start = std::chrono::steady_clock::now();
       } else if (kind == "progress" && tty) {
-        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
+        double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
         draw_progress(ev["round"], cfg.rounds, ev["bytes"], ev["total"], elapsed);
       } else if (kind == "round") {
         RoundResult r;
@@ -179,8 +198,10 @@ Run add_launch_command(CLI::App& app) {
         if (!o->json)
           fmt::print("  round {}/{}: {:.3f} s, {:.2f} GB/s{}\n", r.round + 1, cfg.rounds, r.seconds,
                      static_cast<double>(r.bytes) / r.seconds / 1e9,
-                     !r.has_verify ? "" : r.verified ? fmt::format(", verified {}/{} tensors", r.checked, r.checked)
-                                                     : fmt::format(", MISMATCH in {} tensors: {}", r.mismatched, r.mismatched_names.dump()));
+                     !r.has_verify ? ""
+                     : r.verified  ? fmt::format(", verified {}/{} tensors", r.checked, r.checked)
+                                   : fmt::format(", MISMATCH in {} tensors: {}", r.mismatched,
+                                                 r.mismatched_names.dump()));
         std::fflush(stdout);
         round_start = std::chrono::steady_clock::now();
       } else if (kind == "error") {
@@ -192,14 +213,18 @@ Run add_launch_command(CLI::App& app) {
       int rc = ranks[k]->wait();
       if (rc != 0) ranks_ok = false;
       if (k > 0)
-        for (std::size_t pos = 0; (pos = ranks[k]->output().find("\"event\":\"error\"", pos)) != std::string::npos; ++pos) {
+        for (std::size_t pos = 0;
+             (pos = ranks[k]->output().find("\"event\":\"error\"", pos)) != std::string::npos;
+             ++pos) {
           auto start = ranks[k]->output().rfind('\n', pos);
           auto end = ranks[k]->output().find('\n', pos);
-          auto ev = nlohmann::json::parse(ranks[k]->output().substr(start == std::string::npos ? 0 : start + 1,
-                                                                    end - (start == std::string::npos ? 0 : start + 1)));
+          auto ev = nlohmann::json::parse(
+              ranks[k]->output().substr(start == std::string::npos ? 0 : start + 1,
+                                        end - (start == std::string::npos ? 0 : start + 1)));
           errors.push_back(fmt::format("rank {}: {}", k, ev.value("message", "")));
         }
-      if (rc != 0 && errors.empty()) errors.push_back(fmt::format("rank {} exited with status {}", k, rc));
+      if (rc != 0 && errors.empty())
+        errors.push_back(fmt::format("rank {} exited with status {}", k, rc));
     }
     if (receiver) {
       receiver->kill(SIGTERM);
@@ -213,40 +238,57 @@ Run add_launch_command(CLI::App& app) {
     for (const auto& r : results) {
       seconds += r.seconds;
       bytes += r.bytes;
-      if (r.seconds > 0) fastest = std::max(fastest, static_cast<double>(r.bytes) / r.seconds / 1e9);
+      if (r.seconds > 0)
+        fastest = std::max(fastest, static_cast<double>(r.bytes) / r.seconds / 1e9);
       if (cfg.verify && !(r.has_verify && r.verified)) all_verified = false;
     }
-    const bool ok = ranks_ok && errors.empty() && static_cast<int>(results.size()) == cfg.rounds && all_verified;
+    const bool ok = ranks_ok && errors.empty() && static_cast<int>(results.size()) == cfg.rounds &&
+                    all_verified;
     if (o->json) {
       nlohmann::json rounds = nlohmann::json::array();
       for (const auto& r : results)
-        rounds.push_back({{"round", r.round}, {"seconds", r.seconds}, {"bytes", r.bytes},
-                          {"gb_per_s", static_cast<double>(r.bytes) / r.seconds / 1e9},
-                          {"verified", r.has_verify ? nlohmann::json(r.verified) : nlohmann::json(nullptr)},
-                          {"mismatched", r.mismatched_names}});
-      nlohmann::json report = {{"ok", ok}, {"config", cfg.file}, {"backend", cfg.backend},
-                               {"trainer_ranks", cfg.trainer_ranks}, {"receiver", url},
-                               {"tensors", tensors}, {"bytes_per_round", total}, {"rounds", rounds},
-                               {"total_seconds", seconds},
-                               {"mean_gb_per_s", seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0},
-                               {"fastest_gb_per_s", fastest},
-                               {"errors", errors}};
+        rounds.push_back(
+            {{"round", r.round},
+             {"seconds", r.seconds},
+             {"bytes", r.bytes},
+             {"gb_per_s", static_cast<double>(r.bytes) / r.seconds / 1e9},
+             {"verified", r.has_verify ? nlohmann::json(r.verified) : nlohmann::json(nullptr)},
+             {"mismatched", r.mismatched_names}});
+      nlohmann::json report = {
+          {"ok", ok},
+          {"config", cfg.file},
+          {"backend", cfg.backend},
+          {"trainer_ranks", cfg.trainer_ranks},
+          {"receiver", url},
+          {"tensors", tensors},
+          {"bytes_per_round", total},
+          {"rounds", rounds},
+          {"total_seconds", seconds},
+          {"mean_gb_per_s", seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0},
+          {"fastest_gb_per_s", fastest},
+          {"errors", errors}};
       if (!init_event.is_null()) report["trainer_init_seconds"] = init_event["seconds"];
       fmt::print("{}\n", report.dump(2));
     } else {
       fmt::print("\n  {:<6} {:>9} {:>9} {:>8}  {}\n", "round", "seconds", "GB", "GB/s", "verified");
       for (const auto& r : results)
-        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}  {}\n", r.round, r.seconds, gb(static_cast<double>(r.bytes)),
-                   static_cast<double>(r.bytes) / r.seconds / 1e9,
-                   !r.has_verify ? "not checked" : r.verified ? "yes" : "NO");
+        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}  {}\n", r.round, r.seconds,
+                   gb(static_cast<double>(r.bytes)), static_cast<double>(r.bytes) / r.seconds / 1e9,
+                   !r.has_verify ? "not checked"
+                   : r.verified  ? "yes"
+                                 : "NO");
       if (seconds > 0)
-        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}\n", "total", seconds, gb(static_cast<double>(bytes)),
-                   static_cast<double>(bytes) / seconds / 1e9);
+        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}\n", "total", seconds,
+                   gb(static_cast<double>(bytes)), static_cast<double>(bytes) / seconds / 1e9);
       if (fastest > 0)
-        fmt::print("  fastest round: {:.2f} GB/s (the first rounds of a process also pay for first touches of "
-                   "fresh memory)\n", fastest);
+        fmt::print(
+            "  fastest round: {:.2f} GB/s (the first rounds of a process also pay for first "
+            "touches of "
+            "fresh memory)\n",
+            fastest);
       for (const auto& e : errors) fmt::print(stderr, "wt launch: error: {}\n", e);
-      fmt::print("\n{}\n", ok ? (cfg.verify ? "OK: every round verified" : "OK: every round completed (not verified)")
+      fmt::print("\n{}\n", ok ? (cfg.verify ? "OK: every round verified"
+                                            : "OK: every round completed (not verified)")
                               : "FAILED");
     }
     return ok ? 0 : 1;

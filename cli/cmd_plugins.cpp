@@ -50,14 +50,16 @@ Run add_plugins_command(CLI::App& app) {
     }
     fmt::print("search path (in order):\n");
     for (auto& d : reg.search_path()) fmt::print("  {}\n", d);
-    fmt::print("\n{:<14} {:<9} {:<4} {:<32} {}\n", "BACKEND", "VERSION", "ABI", "CAPABILITIES", "PATH");
+    fmt::print("\n{:<14} {:<9} {:<4} {:<32} {}\n", "BACKEND", "VERSION", "ABI", "CAPABILITIES",
+               "PATH");
     for (auto& i : infos) {
       if (i.usable)
         fmt::print("{:<14} {:<9} {:<4} {:<32} {}{}\n", i.backend, i.plugin_version, i.abi_version,
-                   caps_text(i.capabilities), i.path, i.shadowed ? "  (shadowed by an earlier directory)" : "");
+                   caps_text(i.capabilities), i.path,
+                   i.shadowed ? "  (shadowed by an earlier directory)" : "");
       else
-        fmt::print("{:<14} {:<9} {:<4} {:<32} {}\n    unusable: {}\n", i.backend, "-", "-", "-", i.path,
-                   i.problem);
+        fmt::print("{:<14} {:<9} {:<4} {:<32} {}\n    unusable: {}\n", i.backend, "-", "-", "-",
+                   i.path, i.problem);
     }
     if (infos.empty()) fmt::print("(no plugins found)\n");
     return 0;

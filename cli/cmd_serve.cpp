@@ -17,7 +17,8 @@
 namespace wt::cli {
 
 Run add_serve_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("serve", "Run the reference receiver: vLLM's weight-transfer HTTP routes");
+  auto* cmd =
+      app.add_subcommand("serve", "Run the reference receiver: vLLM's weight-transfer HTTP routes");
   struct Opts {
     std::string host = "127.0.0.1";
     int port = 8000;
@@ -29,12 +30,16 @@ Run add_serve_command(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")
+      ->capture_default_str();
   cmd->add_option("--backend", o->backend, "Backend whose worker engine receives (e.g. ipc)");
   cmd->add_option("--weight-transfer-config", o->config, R"(vLLM's form: '{"backend": "ipc"}')");
-  cmd->add_option("--token", o->token, "Require 'Authorization: Bearer <token>' (or set WT_SERVE_TOKEN)");
-  cmd->add_option("--max-body-mb", o->max_body_mb, "Refuse request bodies larger than this")->capture_default_str();
-  cmd->add_option("--device", o->device, "Where the worker engine maps weights: cpu or cuda:N")->capture_default_str();
+  cmd->add_option("--token", o->token,
+                  "Require 'Authorization: Bearer <token>' (or set WT_SERVE_TOKEN)");
+  cmd->add_option("--max-body-mb", o->max_body_mb, "Refuse request bodies larger than this")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "Where the worker engine maps weights: cpu or cuda:N")
+      ->capture_default_str();
   return [o]() {
     std::string backend = o->backend;
     if (!o->config.empty()) {
@@ -42,18 +47,23 @@ Run add_serve_command(CLI::App& app) {
       try {
         cfg = nlohmann::json::parse(o->config);
       } catch (const std::exception& e) {
-        throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("--weight-transfer-config is not valid JSON: {}", e.what()));
+        throw Error(WT_ERR_INVALID_ARGUMENT,
+                    fmt::format("--weight-transfer-config is not valid JSON: {}", e.what()));
       }
       if (!cfg.is_object() || !cfg.contains("backend") || !cfg["backend"].is_string())
-        throw Error(WT_ERR_INVALID_ARGUMENT, R"(--weight-transfer-config must look like '{"backend": "ipc"}')");
+        throw Error(WT_ERR_INVALID_ARGUMENT,
+                    R"(--weight-transfer-config must look like '{"backend": "ipc"}')");
       for (auto it = cfg.begin(); it != cfg.end(); ++it)
         if (it.key() != "backend")
-          throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("--weight-transfer-config: unknown key '{}'", it.key()));
+          throw Error(WT_ERR_INVALID_ARGUMENT,
+                      fmt::format("--weight-transfer-config: unknown key '{}'", it.key()));
       if (!backend.empty() && backend != cfg["backend"].get<std::string>())
-        throw Error(WT_ERR_INVALID_ARGUMENT, "--backend and --weight-transfer-config name different backends");
+        throw Error(WT_ERR_INVALID_ARGUMENT,
+                    "--backend and --weight-transfer-config name different backends");
       backend = cfg["backend"].get<std::string>();
     }
-    if (backend.empty()) throw Error(WT_ERR_INVALID_ARGUMENT, "wt serve needs --backend or --weight-transfer-config");
+    if (backend.empty())
+      throw Error(WT_ERR_INVALID_ARGUMENT, "wt serve needs --backend or --weight-transfer-config");
     std::string token = o->token;
     if (token.empty())
       if (const char* env = std::getenv("WT_SERVE_TOKEN")) token = env;
@@ -78,8 +88,8 @@ Run add_serve_command(CLI::App& app) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     server.start();
-    fmt::print("wt serve: listening on {} (backend {}, device {}{})\n", server.url(), backend, o->device,
-               token.empty() ? "" : ", bearer token required");
+    fmt::print("wt serve: listening on {} (backend {}, device {}{})\n", server.url(), backend,
+               o->device, token.empty() ? "" : ", bearer token required");
     std::fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);

@@ -25,9 +25,11 @@ DLDevice parse_device(const std::string& text) {
 
 void copy_device_to_host(void* dst, const DLTensor& src, std::size_t n) {
 #ifdef WT_CLI_WITH_CUDA
-  cudaError_t e = cudaMemcpy(dst, static_cast<const char*>(src.data) + src.byte_offset, n, cudaMemcpyDeviceToHost);
+  cudaError_t e = cudaMemcpy(dst, static_cast<const char*>(src.data) + src.byte_offset, n,
+                             cudaMemcpyDeviceToHost);
   if (e != cudaSuccess)
-    throw Error(WT_ERR_DEVICE, fmt::format("cudaMemcpy device to host failed: {}", cudaGetErrorString(e)));
+    throw Error(WT_ERR_DEVICE,
+                fmt::format("cudaMemcpy device to host failed: {}", cudaGetErrorString(e)));
 #else
   (void)dst, (void)src, (void)n;
   throw Error(WT_ERR_UNSUPPORTED, "this wt was built without the CUDA toolkit");

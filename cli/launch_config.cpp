@@ -27,9 +27,12 @@ class Section {
 
   [[noreturn]] void fail(const YAML::Node& at, const std::string& msg) const {
     auto m = at.Mark();
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}:{}:{}: {}", file_, m.line + 1, m.column + 1, msg));
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}:{}:{}: {}", file_, m.line + 1, m.column + 1, msg));
   }
-  std::string key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string key_path(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
 
   bool has(const std::string& key) {
     known_.insert(key);
@@ -85,10 +88,14 @@ class Section {
 std::string generated_checkpoint_dir(const LaunchConfig::Generate& g) {
   if (!g.dir.empty()) return g.dir;
   std::string base;
-  if (const char* c = std::getenv("WT_CACHE_DIR"); c && *c) base = c;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = std::string(x) + "/wt";
-  else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache/wt";
-  else base = "/tmp/wt-cache";
+  if (const char* c = std::getenv("WT_CACHE_DIR"); c && *c)
+    base = c;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    base = std::string(x) + "/wt";
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    base = std::string(h) + "/.cache/wt";
+  else
+    base = "/tmp/wt-cache";
   return fmt::format("{}/checkpoints/{}-{}-seed{}-{}", base, g.model, g.dtype, g.seed, g.shards);
 }
 
@@ -101,27 +108,31 @@ LaunchConfig load_launch_config(const std::string& path) {
   } catch (const YAML::BadFile&) {
     throw Error(WT_ERR_NOT_FOUND, fmt::format("{}: cannot read the config file", path));
   } catch (const YAML::ParserException& e) {
-    throw Error(WT_ERR_INVALID_ARGUMENT,
-                fmt::format("{}:{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}:{}:{}: not valid YAML: {}", path,
+                                                     e.mark.line + 1, e.mark.column + 1, e.msg));
   }
-  if (!root.IsDefined() || root.IsNull()) throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: the config is empty", path));
+  if (!root.IsDefined() || root.IsNull())
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: the config is empty", path));
   Section top(root, path, "");
   c.backend = top.string("backend");
   if (c.backend.empty()) top.fail(root, "missing key 'backend' (e.g. backend: ipc)");
   if (top.has("init_info")) {
     Section ii(top.get("init_info"), path, "init_info");
     if (ii.node()["rank"].IsDefined())
-      ii.fail(ii.node()["rank"], "'init_info.rank' is set by wt launch for each trainer process; remove it");
+      ii.fail(ii.node()["rank"],
+              "'init_info.rank' is set by wt launch for each trainer process; remove it");
     if (ii.node()["backend"].IsDefined())
       ii.fail(ii.node()["backend"], "'init_info.backend' belongs at the top level ('backend:')");
     c.init_info = yaml_to_json(ii.node());
     for (const auto& kv : ii.node())
-      c.init_info_marks[kv.first.as<std::string>()] = {kv.first.Mark().line + 1, kv.first.Mark().column + 1};
+      c.init_info_marks[kv.first.as<std::string>()] = {kv.first.Mark().line + 1,
+                                                       kv.first.Mark().column + 1};
   }
   if (top.has("trainer")) {
     Section t(top.get("trainer"), path, "trainer");
     c.trainer_ranks = t.scalar<int>("ranks", "an integer", 1);
-    if (c.trainer_ranks < 1 || c.trainer_ranks > 64) t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
+    if (c.trainer_ranks < 1 || c.trainer_ranks > 64)
+      t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
     c.group_timeout_s = t.scalar<double>("group_timeout_s", "a number", 60);
     t.finish();
   }
@@ -132,10 +143,12 @@ LaunchConfig load_launch_config(const std::string& path) {
     if (gen == st) s.fail(s.node(), "'source' needs exactly one of 'generate' and 'safetensors'");
     if (st) {
       auto n = s.get("safetensors");
-      if (n.IsScalar()) c.safetensors.push_back(n.as<std::string>());
+      if (n.IsScalar())
+        c.safetensors.push_back(n.as<std::string>());
       else if (n.IsSequence())
         for (const auto& x : n) c.safetensors.push_back(x.as<std::string>());
-      else s.fail(n, "'source.safetensors' must be a path or a list of paths");
+      else
+        s.fail(n, "'source.safetensors' must be a path or a list of paths");
     } else {
       Section g(s.get("generate"), path, "source.generate");
       LaunchConfig::Generate G;
@@ -197,8 +210,8 @@ void validate_init_info(const LaunchConfig& cfg) {
     static const std::regex field_re(R"(field '([A-Za-z0-9_]+))");
     if (std::regex_search(msg, m, field_re) && cfg.init_info_marks.count(m[1].str())) {
       auto [line, col] = cfg.init_info_marks.at(m[1].str());
-      throw Error(e.code(), fmt::format("{}:{}:{}: init_info.{}: {}", cfg.file, line, col, m[1].str(),
-                                        msg.substr(msg.find(": ") + 2)));
+      throw Error(e.code(), fmt::format("{}:{}:{}: init_info.{}: {}", cfg.file, line, col,
+                                        m[1].str(), msg.substr(msg.find(": ") + 2)));
     }
     throw;
   }

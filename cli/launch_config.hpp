@@ -16,7 +16,8 @@ struct LaunchConfig {
   std::string file;
 
   std::string backend;
-  nlohmann::json init_info = nlohmann::json::object();  // without rank: wt launch sets it per process
+  nlohmann::json init_info =
+      nlohmann::json::object();  // without rank: wt launch sets it per process
   std::map<std::string, std::pair<int, int>> init_info_marks;  // key -> (line, column), 1-based
 
   int trainer_ranks = 1;

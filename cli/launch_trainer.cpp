@@ -41,7 +41,10 @@ class ProgressSource : public WeightSource {
     auto now = Clock::now();
     if (report_ && now - last_ > std::chrono::milliseconds(100)) {
       last_ = now;
-      emit({{"event", "progress"}, {"round", round}, {"bytes", bytes_}, {"total", inner_.total_bytes()}});
+      emit({{"event", "progress"},
+            {"round", round},
+            {"bytes", bytes_},
+            {"total", inner_.total_bytes()}});
     }
     return true;
   }
@@ -91,17 +94,22 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     HttpClient client(args.receiver_url, hopts);
     std::unique_ptr<TrainerGroup> group;
     if (cfg.trainer_ranks > 1)
-      group = make_gloo_trainer_group(args.rank, cfg.trainer_ranks, args.rendezvous_dir,
-                                      std::chrono::milliseconds(static_cast<int64_t>(cfg.group_timeout_s * 1000)));
+      group = make_gloo_trainer_group(
+          args.rank, cfg.trainer_ranks, args.rendezvous_dir,
+          std::chrono::milliseconds(static_cast<int64_t>(cfg.group_timeout_s * 1000)));
     auto fields = cfg.init_info;
     fields["backend"] = cfg.backend;
     fields["rank"] = args.rank;
     auto t0 = Clock::now();
-    auto engine = trainer_init(InitInfo::from_object(fields, cfg.file), client, &source, group.get());
+    auto engine =
+        trainer_init(InitInfo::from_object(fields, cfg.file), client, &source, group.get());
     if (args.rank == 0)
-      emit({{"event", "init"}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
-            {"tensors", checkpoint.size()}, {"bytes", checkpoint.total_bytes()},
-            {"plugin", engine->plugin().path()}, {"plugin_version", engine->plugin().version()}});
+      emit({{"event", "init"},
+            {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
+            {"tensors", checkpoint.size()},
+            {"bytes", checkpoint.total_bytes()},
+            {"plugin", engine->plugin().path()},
+            {"plugin_version", engine->plugin().version()}});
     for (int r = 0; r < cfg.rounds; ++r) {
       source.round = r;
       SendOptions opts;
@@ -109,7 +117,10 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       auto start = Clock::now();
       engine->send_weights(opts);
       double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      nlohmann::json ev = {{"event", "round"}, {"round", r}, {"seconds", seconds}, {"bytes", checkpoint.total_bytes()}};
+      nlohmann::json ev = {{"event", "round"},
+                           {"round", r},
+                           {"seconds", seconds},
+                           {"bytes", checkpoint.total_bytes()}};
       if (args.rank == 0 && cfg.verify) {
         auto remote = client.weight_checksums();
         std::vector<std::string> mismatched;
@@ -117,16 +128,19 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
         for (std::size_t i = 0; i < checkpoint.size(); ++i) {
           auto b = checkpoint.bytes(i);
           auto it = remote.find(meta[i].name);
-          if (it == remote.end() || it->second != checksum_bytes(b.data(), b.size())) mismatched.push_back(meta[i].name);
+          if (it == remote.end() || it->second != checksum_bytes(b.data(), b.size()))
+            mismatched.push_back(meta[i].name);
         }
         ev["verified"] = mismatched.empty();
         ev["checked"] = checkpoint.size();
-        ev["mismatched"] = mismatched.size() > 5 ? std::vector<std::string>(mismatched.begin(), mismatched.begin() + 5)
+        ev["mismatched"] = mismatched.size() > 5 ? std::vector<std::string>(mismatched.begin(),
+                                                                            mismatched.begin() + 5)
                                                  : mismatched;
         ev["mismatched_count"] = mismatched.size();
       }
       if (args.rank == 0) emit(ev);
-      if (r + 1 < cfg.rounds) perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
+      if (r + 1 < cfg.rounds)
+        perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -4,11 +4,11 @@
 #pragma once
 
 #include <fcntl.h>
-#include <memory>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <memory>
 
 #include <chrono>
 #include <cstring>
@@ -57,7 +57,8 @@ class Child {
   std::optional<std::string> wait_for(const std::string& text, std::chrono::milliseconds deadline) {
     auto end = std::chrono::steady_clock::now() + deadline;
     while (out_.find(text) == std::string::npos) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          end - std::chrono::steady_clock::now());
       if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return std::nullopt;
     }
     return out_;
@@ -72,7 +73,8 @@ class Child {
         consumed_ = nl + 1;
         return line;
       }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          end - std::chrono::steady_clock::now());
       if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return std::nullopt;
     }
   }

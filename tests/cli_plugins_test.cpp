@@ -31,8 +31,8 @@ TEST(CliPlugins, ListsTheThreeBackendsWithVersions) {
 }
 
 TEST(CliPlugins, MalformedPluginsOnThePathNeverCrashIt) {
-  auto r = test::run_process(
-      wt_cmd(std::string("WT_PLUGIN_PATH=") + WT_TEST_BROKEN_DIR, "plugins"));
+  auto r =
+      test::run_process(wt_cmd(std::string("WT_PLUGIN_PATH=") + WT_TEST_BROKEN_DIR, "plugins"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("speaks wt ABI version 99"));
   EXPECT_THAT(r.output, HasSubstr("does not export the entry symbol 'wt_plugin_get'"));

@@ -15,8 +15,8 @@
 
 #include <thread>
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 namespace wt {
 namespace {
@@ -42,7 +42,8 @@ TEST(Serve, AcceptsVllmShapedRequestsForAWholeRound) {
   test::fill_model(source, 2);
   HttpClient http(s.server.url());
   test::RecordingClient recorder(&http);
-  auto engine = trainer_init(InitInfo::from_object({{"backend", "ipc"}, {"rank", 0}}), recorder, &source);
+  auto engine =
+      trainer_init(InitInfo::from_object({{"backend", "ipc"}, {"rank", 0}}), recorder, &source);
   SendOptions opts;
   opts.weight_version = "step-1";
   engine->send_weights(opts);
@@ -66,8 +67,12 @@ TEST(Serve, AcceptsVllmShapedRequestsForAWholeRound) {
   r = c.Get("/get_world_size?include_dp=true");
   EXPECT_EQ(json::parse(r->body), json({{"world_size", 1}}));
   r = c.Post("/start_weight_update");
-  r = post_json(c, "/update_weights", {{"update_info", {{"names", json::array()}, {"dtype_names", json::array()},
-                                                        {"shapes", json::array()}, {"ipc_handles", json::array()}}}});
+  r = post_json(c, "/update_weights",
+                {{"update_info",
+                  {{"names", json::array()},
+                   {"dtype_names", json::array()},
+                   {"shapes", json::array()},
+                   {"ipc_handles", json::array()}}}});
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["message"], "Weights updated");
   r = post_json(c, "/finish_weight_update", {{"weight_version", "step-2"}});
@@ -88,11 +93,14 @@ TEST(Serve, RefusesWhatVllmRefuses) {
   r = post_json(c, "/init_weight_transfer_engine", {{"info", {}}});
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["detail"], "Missing 'init_info' in request body");
-  r = post_json(c, "/init_weight_transfer_engine", {{"init_info", {{"packed", false}, {"bogus", 1}}}});
+  r = post_json(c, "/init_weight_transfer_engine",
+                {{"init_info", {{"packed", false}, {"bogus", 1}}}});
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("unknown field 'bogus'"));
 
-  ASSERT_EQ(post_json(c, "/init_weight_transfer_engine", {{"init_info", {{"packed", false}}}})->status, 200);
+  ASSERT_EQ(
+      post_json(c, "/init_weight_transfer_engine", {{"init_info", {{"packed", false}}}})->status,
+      200);
   r = post_json(c, "/update_weights", {{"update_info", json::object()}});
   EXPECT_EQ(r->status, 409) << "update before start";
   EXPECT_THAT(r->body, HasSubstr("start_weight_update must be called before update_weights"));
@@ -104,9 +112,13 @@ TEST(Serve, RefusesWhatVllmRefuses) {
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["detail"], "Missing 'update_info' in request body");
   // vLLM >= 0.28 rejects 'packed' inside update_info; so does wt, and the session ends.
-  r = post_json(c, "/update_weights", {{"update_info", {{"names", json::array()}, {"dtype_names", json::array()},
-                                                        {"shapes", json::array()}, {"ipc_handles", json::array()},
-                                                        {"packed", true}}}});
+  r = post_json(c, "/update_weights",
+                {{"update_info",
+                  {{"names", json::array()},
+                   {"dtype_names", json::array()},
+                   {"shapes", json::array()},
+                   {"ipc_handles", json::array()},
+                   {"packed", true}}}});
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("unknown field 'packed'"));
   EXPECT_FALSE(s.receiver.session_active());
@@ -165,7 +177,8 @@ struct VllmDouble {
 
   VllmDouble() {
     auto expect_keys = [this](const httplib::Request& req, std::set<std::string> keys) {
-      if (req.get_header_value("Content-Type") != "application/json") problems.push_back(req.path + ": content type");
+      if (req.get_header_value("Content-Type") != "application/json")
+        problems.push_back(req.path + ": content type");
       auto j = json::parse(req.body);
       std::set<std::string> got;
       for (auto it = j.begin(); it != j.end(); ++it) got.insert(it.key());
@@ -175,13 +188,18 @@ struct VllmDouble {
       std::lock_guard<std::mutex> l(mu);
       if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       seen.push_back(req.path + " " + req.body);
-      if (req.path == "/init_weight_transfer_engine") expect_keys(req, {"init_info"});
-      else if (req.path == "/update_weights") expect_keys(req, {"update_info"});
-      else if (req.path == "/start_weight_update" && !req.body.empty()) problems.push_back("start has a body");
-      else if (req.path == "/finish_weight_update" && !req.body.empty()) expect_keys(req, {"weight_version"});
+      if (req.path == "/init_weight_transfer_engine")
+        expect_keys(req, {"init_info"});
+      else if (req.path == "/update_weights")
+        expect_keys(req, {"update_info"});
+      else if (req.path == "/start_weight_update" && !req.body.empty())
+        problems.push_back("start has a body");
+      else if (req.path == "/finish_weight_update" && !req.body.empty())
+        expect_keys(req, {"weight_version"});
       if (req.path == "/update_weights" && req.body.find("\"fail\"") != std::string::npos) {
         res.status = 400;
-        res.set_content(R"({"detail":"Invalid update_info for IPCWeightTransferEngine"})", "application/json");
+        res.set_content(R"({"detail":"Invalid update_info for IPCWeightTransferEngine"})",
+                        "application/json");
         return;
       }
       res.set_content(R"({"message":"ok"})", "application/json");
@@ -209,12 +227,12 @@ TEST(HttpClient, SendsVllmsExactPathsAndBodies) {
   c.finish_weight_update(std::string("step-42"));
   c.finish_weight_update(std::nullopt);
   EXPECT_TRUE(d.problems.empty()) << ::testing::PrintToString(d.problems);
-  EXPECT_EQ(d.seen, (std::vector<std::string>{
-                        R"(/init_weight_transfer_engine {"init_info":{"packed":true}})",
-                        "/start_weight_update ",
-                        R"(/update_weights {"update_info":{"names":["a"],"dtype_names":["bfloat16"],"shapes":[[2]]}})",
-                        R"(/finish_weight_update {"weight_version":"step-42"})",
-                        "/finish_weight_update "}));
+  EXPECT_EQ(
+      d.seen,
+      (std::vector<std::string>{
+          R"(/init_weight_transfer_engine {"init_info":{"packed":true}})", "/start_weight_update ",
+          R"(/update_weights {"update_info":{"names":["a"],"dtype_names":["bfloat16"],"shapes":[[2]]}})",
+          R"(/finish_weight_update {"weight_version":"step-42"})", "/finish_weight_update "}));
 }
 
 TEST(HttpClient, ServerRefusalCarriesTheStatusAndDetail) {

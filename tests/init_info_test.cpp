@@ -87,8 +87,9 @@ rank: 1
 }
 
 TEST(InitInfo, YamlQuotedNumberIsAString) {
-  auto info = InitInfo::from_yaml("backend: nccl\nmaster_address: a\nmaster_port: '29500'\nworld_size: 2\nrank: 0\n",
-                                  "cfg.yaml");
+  auto info = InitInfo::from_yaml(
+      "backend: nccl\nmaster_address: a\nmaster_port: '29500'\nworld_size: 2\nrank: 0\n",
+      "cfg.yaml");
   expect_invalid(info, "field 'master_port' must be an integer, got a string");
 }
 

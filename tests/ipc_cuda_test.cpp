@@ -45,14 +45,22 @@ TEST(IpcCudaWithoutGpu, CudaTensorIsUnsupportedNotACrash) {
     bool next(wt_tensor& out) override {
       if (i++) return false;
       out.name = "w";
-      out.tensor = DLTensor{reinterpret_cast<void*>(0x10000), {kDLCUDA, 0}, 1, {kDLFloat, 32, 1}, shape.data(), nullptr, 0};
+      out.tensor = DLTensor{reinterpret_cast<void*>(0x10000),
+                            {kDLCUDA, 0},
+                            1,
+                            {kDLFloat, 32, 1},
+                            shape.data(),
+                            nullptr,
+                            0};
       return true;
     }
     void end() override {}
   } source;
   for (bool packed : {false, true}) {
     test::RecordingClient client;
-    auto engine = trainer_init(InitInfo::from_object({{"backend", "ipc"}, {"rank", 0}, {"packed", packed}}), client, &source);
+    auto engine =
+        trainer_init(InitInfo::from_object({{"backend", "ipc"}, {"rank", 0}, {"packed", packed}}),
+                     client, &source);
     try {
       engine->send_weights();
       FAIL();

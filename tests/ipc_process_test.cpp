@@ -82,7 +82,8 @@ TEST(IpcProcessFaults, SigkilledTrainerLeavesNoSegmentOnceTheHostMovesOn) {
   auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
   std::mt19937 rng(static_cast<uint32_t>(getpid()));
   for (int attempt = 0; attempt < 3; ++attempt) {
-    cli::Child trainer(trainer_args(url, {"--rounds", "1000000", "--packed", "--buffer-bytes", "65536"}));
+    cli::Child trainer(
+        trainer_args(url, {"--rounds", "1000000", "--packed", "--buffer-bytes", "65536"}));
     ASSERT_TRUE(trainer.wait_for("round 0 ok", 30s)) << trainer.output();
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
     trainer.kill(SIGKILL);
@@ -100,7 +101,7 @@ TEST(IpcProcessFaults, SigkilledTrainerLeavesNoSegmentOnceTheHostMovesOn) {
 TEST(IpcProcessFaults, SigkilledServerFailsTheTrainerCleanly) {
   auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
   cli::Child trainer(trainer_args(url, {"--rounds", "1000", "--packed", "--buffer-bytes", "262144",
-                                         "--layers", "60", "--width", "128"}));
+                                        "--layers", "60", "--width", "128"}));
   ASSERT_TRUE(trainer.wait_for("round 1 ok", 30s)) << trainer.output();
   server->kill(SIGKILL);
   EXPECT_EQ(server->wait(), 128 + SIGKILL);

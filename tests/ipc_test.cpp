@@ -4,16 +4,16 @@
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
 
+#include "support/model.hpp"
 #include "support/recording_client.hpp"
 #include "support/shm.hpp"
-#include "support/model.hpp"
 #include "support/vector_source.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 namespace wt {
 namespace {
@@ -28,7 +28,6 @@ InitInfo ipc_info(int rank, bool packed, int64_t buffer = 1 << 20, int buffers =
                                 {"packed_buffer_size_bytes", buffer},
                                 {"packed_num_buffers", buffers}});
 }
-
 
 void expect_same_bytes(test::VectorSource& s, const Receiver& r) {
   ASSERT_EQ(r.names().size(), s.tensors().size());
@@ -112,10 +111,10 @@ TEST(IpcTrainer, PackedRoundIsOneUpdatePerBufferInsideOneBracket) {
   test::RecordingClient client;
   test::VectorSource source;
   for (int i = 0; i < 10; ++i) source.add("t" + std::to_string(i), kF32, {100}, i);  // 400 B each
-  auto engine = trainer_init(ipc_info(0, true, 1000), client, &source);            // 2 per buffer
+  auto engine = trainer_init(ipc_info(0, true, 1000), client, &source);              // 2 per buffer
   engine->send_weights();
-  EXPECT_EQ(client.methods(), (std::vector<std::string>{"init", "start", "update", "update", "update",
-                                                        "update", "update", "finish"}));
+  EXPECT_EQ(client.methods(), (std::vector<std::string>{"init", "start", "update", "update",
+                                                        "update", "update", "update", "finish"}));
   std::set<std::string> segments;
   for (auto& c : client.calls()) {
     if (c.method != "update") continue;
@@ -295,15 +294,18 @@ TEST_F(IpcMalformed, DuplicateName) {
 
 TEST_F(IpcMalformed, HandleForAnotherDeviceListsTheKeysPresent) {
   auto u = good_;
-  u["ipc_handles"][1] = json{{"GPU-00000000-0000-0000-0000-000000000000", u["ipc_handles"][1]["cpu"]}};
-  expect_rejected(u, "IPC handle not found for cpu in ipc_handles[1] ('b'). Available: "
-                     "[GPU-00000000-0000-0000-0000-000000000000]");
+  u["ipc_handles"][1] =
+      json{{"GPU-00000000-0000-0000-0000-000000000000", u["ipc_handles"][1]["cpu"]}};
+  expect_rejected(u,
+                  "IPC handle not found for cpu in ipc_handles[1] ('b'). Available: "
+                  "[GPU-00000000-0000-0000-0000-000000000000]");
 }
 
 TEST_F(IpcMalformed, PackedFormWhenTheTrainerSaidUnpacked) {
   auto u = good_;
   u["ipc_handles"] = u["ipc_handles"][0];
-  expect_rejected(u, "must be a list with one object per tensor because the trainer initialised packed=false");
+  expect_rejected(
+      u, "must be a list with one object per tensor because the trainer initialised packed=false");
   u = good_;
   u["tensor_sizes"] = json({16, 8});
   expect_rejected(u, "'tensor_sizes' is only for packed updates");
@@ -353,7 +355,8 @@ TEST(IpcPackedMalformed, TensorSizesMustMatchShapes) {
   auto good = json::parse(recorder.calls()[2].payload);
   auto before = receiver.checksums();
   for (auto [field, value, part] : std::vector<std::tuple<std::string, json, std::string>>{
-           {"tensor_sizes", json({15}), "'tensor_sizes[0]' is 15 bytes, but 'w' is float32 [4] = 16 bytes"},
+           {"tensor_sizes", json({15}),
+            "'tensor_sizes[0]' is 15 bytes, but 'w' is float32 [4] = 16 bytes"},
            {"tensor_sizes", json(nullptr), "missing field 'tensor_sizes' (required when packed)"},
            {"ipc_handles", json::array(), "must be one object (the buffer's handles)"}}) {
     auto u = good;

@@ -16,7 +16,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string cache_env() { return std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache"; }
+std::string cache_env() {
+  return std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache";
+}
 
 test::ProcessResult launch(const std::string& config, const std::string& flags = "--json") {
   return test::run_process(cache_env() + " " + WT_CLI_PATH + " launch " + config + " " + flags);
@@ -73,7 +75,9 @@ struct BadConfig {
   std::string name, text, expected;
 };
 
-void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const BadConfig& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class LaunchRejects : public ::testing::TestWithParam<BadConfig> {};
 
@@ -90,22 +94,37 @@ const char* kGood = "backend: ipc\nsource: {generate: {model: tiny}}\n";
 INSTANTIATE_TEST_SUITE_P(
     Configs, LaunchRejects,
     ::testing::Values(
-        BadConfig{"unknown_key", std::string(kGood) + "rounds_: 3\n", ":3:1: unknown key 'rounds_'"},
-        BadConfig{"wrong_type", std::string(kGood) + "rounds: three\n", ":3:9: 'rounds' must be an integer, got 'three'"},
-        BadConfig{"nested_unknown", std::string(kGood) + "receiver:\n  embeded: true\n", ":4:3: unknown key 'receiver.embeded'"},
-        BadConfig{"init_info_key", "backend: ipc\ninit_info:\n  packed: true\n  pakced: false\nsource: {generate: {model: tiny}}\n",
-                  ":4:3: init_info.pakced: invalid init_info for backend 'ipc': unknown field 'pakced'"},
-        BadConfig{"init_info_type", "backend: ipc\ninit_info:\n  packed: \"yes\"\nsource: {generate: {model: tiny}}\n",
-                  ":3:3: init_info.packed: invalid init_info for backend 'ipc': field 'packed' must be a boolean, got a string"},
-        BadConfig{"rank_set", "backend: ipc\ninit_info:\n  rank: 0\nsource: {generate: {model: tiny}}\n", ":3:9: 'init_info.rank' is set by wt launch"},
+        BadConfig{"unknown_key", std::string(kGood) + "rounds_: 3\n",
+                  ":3:1: unknown key 'rounds_'"},
+        BadConfig{"wrong_type", std::string(kGood) + "rounds: three\n",
+                  ":3:9: 'rounds' must be an integer, got 'three'"},
+        BadConfig{"nested_unknown", std::string(kGood) + "receiver:\n  embeded: true\n",
+                  ":4:3: unknown key 'receiver.embeded'"},
+        BadConfig{
+            "init_info_key",
+            "backend: ipc\ninit_info:\n  packed: true\n  pakced: false\nsource: {generate: {model: "
+            "tiny}}\n",
+            ":4:3: init_info.pakced: invalid init_info for backend 'ipc': unknown field 'pakced'"},
+        BadConfig{
+            "init_info_type",
+            "backend: ipc\ninit_info:\n  packed: \"yes\"\nsource: {generate: {model: tiny}}\n",
+            ":3:3: init_info.packed: invalid init_info for backend 'ipc': field 'packed' must be a "
+            "boolean, got a string"},
+        BadConfig{"rank_set",
+                  "backend: ipc\ninit_info:\n  rank: 0\nsource: {generate: {model: tiny}}\n",
+                  ":3:9: 'init_info.rank' is set by wt launch"},
         BadConfig{"syntax", "backend: ipc\nsource: [unclosed\n", ":3:1: not valid YAML"},
         BadConfig{"no_source", "backend: ipc\n", ":1:1: missing key 'source'"},
-        BadConfig{"unknown_model", "backend: ipc\nsource: {generate: {model: gpt5}}\n", ": unknown model layout 'gpt5'"},
-        BadConfig{"missing_backend_plugin", "backend: nosuch\nsource: {generate: {model: tiny}}\n", ": no plugin for backend 'nosuch'"}),
+        BadConfig{"unknown_model", "backend: ipc\nsource: {generate: {model: gpt5}}\n",
+                  ": unknown model layout 'gpt5'"},
+        BadConfig{"missing_backend_plugin", "backend: nosuch\nsource: {generate: {model: tiny}}\n",
+                  ": no plugin for backend 'nosuch'"}),
     [](const auto& p) { return p.param.name; });
 
 TEST(Launch, ReceiverGoneIsAnErrorNotAHang) {
-  auto cfg = write_config("gone.yaml", std::string(kGood) + "receiver: {embedded: false, url: \"http://127.0.0.1:1\", timeout_s: 5}\n");
+  auto cfg = write_config(
+      "gone.yaml", std::string(kGood) +
+                       "receiver: {embedded: false, url: \"http://127.0.0.1:1\", timeout_s: 5}\n");
   auto r = launch(cfg, "");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("POST http://127.0.0.1:1/init_weight_transfer_engine failed"));

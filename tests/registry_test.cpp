@@ -19,7 +19,9 @@ using ::testing::HasSubstr;
 namespace wt {
 namespace {
 
-void use_path(const std::string& path) { ::setenv("WT_PLUGIN_PATH", path.c_str(), 1); }
+void use_path(const std::string& path) {
+  ::setenv("WT_PLUGIN_PATH", path.c_str(), 1);
+}
 
 InitInfo info_for(const std::string& backend) {
   return InitInfo::from_json(R"({"backend": ")" + backend + R"(", "rank": 0})");
@@ -75,7 +77,8 @@ TEST(Registry, EightThreadsRacingOnTheFirstTrainerInitLoadOnce) {
   EXPECT_EQ(Registry::instance().load_count("testgood"), 1);
   for (int i = 0; i < kThreads; ++i) {
     ASSERT_NE(engines[i], nullptr);
-    EXPECT_EQ(&engines[i]->plugin(), &engines[0]->plugin()) << "thread " << i << " got another load";
+    EXPECT_EQ(&engines[i]->plugin(), &engines[0]->plugin())
+        << "thread " << i << " got another load";
     EXPECT_EQ(clients[i].methods(), std::vector<std::string>{"init"});
   }
 }
@@ -126,14 +129,16 @@ TEST(Registry, WrongAbiVersionNamesBothVersions) {
 
 TEST(Registry, MissingEntrySymbolNamesTheFileAndSymbol) {
   use_path(WT_TEST_BROKEN_DIR);
-  expect_trainer_init_error("noentry", WT_ERR_INCOMPATIBLE,
-                            {"libwt_noentry.so", "does not export the entry symbol 'wt_plugin_get'"});
+  expect_trainer_init_error(
+      "noentry", WT_ERR_INCOMPATIBLE,
+      {"libwt_noentry.so", "does not export the entry symbol 'wt_plugin_get'"});
 }
 
 TEST(Registry, NullMandatorySlotIsNamed) {
   use_path(WT_TEST_BROKEN_DIR);
-  expect_trainer_init_error("nullslot", WT_ERR_INCOMPATIBLE,
-                            {"libwt_nullslot.so", "mandatory slot(s) missing or NULL: trainer.send_weights"});
+  expect_trainer_init_error(
+      "nullslot", WT_ERR_INCOMPATIBLE,
+      {"libwt_nullslot.so", "mandatory slot(s) missing or NULL: trainer.send_weights"});
 }
 
 TEST(Registry, FailingInitKeepsThePluginsCodeAndReason) {
@@ -154,13 +159,13 @@ TEST(Registry, DeclaredBackendMustMatchTheFileName) {
 
 TEST(Registry, NonElfFileIsRejectedWithTheLoadersReason) {
   use_path(WT_TEST_BROKEN_DIR);
-  expect_trainer_init_error("bogus", WT_ERR_INCOMPATIBLE,
-                            {"cannot load plugin", "libwt_bogus.so"});
+  expect_trainer_init_error("bogus", WT_ERR_INCOMPATIBLE, {"cannot load plugin", "libwt_bogus.so"});
 }
 
 TEST(Registry, EveryBrokenPluginFailsAndTheProcessCarriesOn) {
   use_path(std::string(WT_TEST_BROKEN_DIR) + ":" + WT_TEST_GOOD_DIR);
-  for (const char* b : {"badabi", "noentry", "nullslot", "initfails", "throws", "misnamed", "bogus"}) {
+  for (const char* b :
+       {"badabi", "noentry", "nullslot", "initfails", "throws", "misnamed", "bogus"}) {
     test::RecordingClient client;
     test::VectorSource source;
     EXPECT_THROW(trainer_init(info_for(b), client, &source), Error) << b;
@@ -230,7 +235,8 @@ TEST(Registry, PluginLogsArriveThroughTheHostCallback) {
   l->sinks().push_back(std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
   test::RecordingClient client;
   test::VectorSource source;
-  auto engine = trainer_init(InitInfo::from_json(R"({"backend":"testgood","rank":3})"), client, &source);
+  auto engine =
+      trainer_init(InitInfo::from_json(R"({"backend":"testgood","rank":3})"), client, &source);
   EXPECT_THAT(captured.str(), HasSubstr("[test] trainer created (rank 3)"));
   EXPECT_TRUE(client.calls().empty()) << "rank 3 is not the sender and must make no RPC";
 }

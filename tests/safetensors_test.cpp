@@ -84,13 +84,18 @@ TEST(Safetensors, HeaderErrorsNameFileAndTensor) {
     std::size_t data;
     std::string expected;
   } cases[] = {
-      {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8, "tensor 'w': data_offsets [0, 16] are outside the data section (8 bytes)"},
-      {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,12]}})", 16, "tensor 'w': shape [4] of F32 needs 16 bytes, but data_offsets span 12"},
-      {R"({"w":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4, "tensor 'w': dtype 'F8_E4M3' is not one wt knows"},
-      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12,
-       "tensors 'a' and 'b' overlap"},
-      {R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, "tensor 'w': shape has a negative"},
-      {R"({"w":{"dtype":"F32","shape":[1]}})", 4, "tensor 'w': needs dtype, shape and data_offsets"},
+      {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+       "tensor 'w': data_offsets [0, 16] are outside the data section (8 bytes)"},
+      {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,12]}})", 16,
+       "tensor 'w': shape [4] of F32 needs 16 bytes, but data_offsets span 12"},
+      {R"({"w":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4,
+       "tensor 'w': dtype 'F8_E4M3' is not one wt knows"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, "tensors 'a' and 'b' overlap"},
+      {R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4,
+       "tensor 'w': shape has a negative"},
+      {R"({"w":{"dtype":"F32","shape":[1]}})", 4,
+       "tensor 'w': needs dtype, shape and data_offsets"},
       {R"({"w": nope})", 0, "header is not valid JSON"},
   };
   for (const auto& c : cases) {
@@ -109,7 +114,8 @@ TEST(Safetensors, HeaderErrorsNameFileAndTensor) {
     f.write(reinterpret_cast<const char*>(&n), 8);
     f << "{}";
     f.close();
-    EXPECT_THAT(load_error(p), HasSubstr("header length 1099511627776 runs past the end of the file"));
+    EXPECT_THAT(load_error(p),
+                HasSubstr("header length 1099511627776 runs past the end of the file"));
   }
   EXPECT_THAT(load_error((dir / "missing.safetensors").string()), HasSubstr("cannot open"));
   fs::remove_all(dir);

@@ -13,7 +13,8 @@ const wt_client* Client::c_client() {
   c_.abi_version = WT_ABI_VERSION;
   c_.ctx = this;
   c_.init_weight_transfer_engine = [](void* ctx, const char* json, char* err, size_t cap) {
-    return host_guard(err, cap, [&] { static_cast<Client*>(ctx)->init_weight_transfer_engine(json); });
+    return host_guard(err, cap,
+                      [&] { static_cast<Client*>(ctx)->init_weight_transfer_engine(json); });
   };
   c_.start_weight_update = [](void* ctx, char* err, size_t cap) {
     return host_guard(err, cap, [&] { static_cast<Client*>(ctx)->start_weight_update(); });

@@ -19,9 +19,12 @@ struct Dims {
   bool qkv_bias, tied;
 };
 
-ModelLayout decoder(const std::string& name, const std::string& desc, const Dims& d, DLDataType dt) {
+ModelLayout decoder(const std::string& name, const std::string& desc, const Dims& d,
+                    DLDataType dt) {
   ModelLayout m{name, desc, {}};
-  auto add = [&](std::string n, std::vector<int64_t> shape) { m.params.push_back({std::move(n), dt, std::move(shape)}); };
+  auto add = [&](std::string n, std::vector<int64_t> shape) {
+    m.params.push_back({std::move(n), dt, std::move(shape)});
+  };
   add("model.embed_tokens.weight", {d.vocab, d.hidden});
   const int64_t q = d.heads * d.head_dim, kv = d.kv_heads * d.head_dim;
   for (int64_t l = 0; l < d.layers; ++l) {
@@ -101,7 +104,9 @@ uint64_t ModelLayout::total_params() const {
   return n;
 }
 
-std::vector<std::string> known_model_layouts() { return {"qwen2.5-0.5b", "llama-3.2-1b", "tiny"}; }
+std::vector<std::string> known_model_layouts() {
+  return {"qwen2.5-0.5b", "llama-3.2-1b", "tiny"};
+}
 
 ModelLayout model_layout(const std::string& name, DLDataType dt) {
   if (name == "qwen2.5-0.5b")
@@ -115,41 +120,51 @@ ModelLayout model_layout(const std::string& name, DLDataType dt) {
                    {1024, 64, 256, 4, 4, 2, 16, true, false}, dt);
   std::string known;
   for (const auto& k : known_model_layouts()) known += (known.empty() ? "" : ", ") + k;
-  throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("unknown model layout '{}' (known: {})", name, known));
+  throw Error(WT_ERR_INVALID_ARGUMENT,
+              fmt::format("unknown model layout '{}' (known: {})", name, known));
 }
 
-std::vector<std::string> write_synthetic_checkpoint(const std::string& dir, const ModelLayout& layout,
-                                                    uint32_t seed, int shards) {
+std::vector<std::string> write_synthetic_checkpoint(const std::string& dir,
+                                                    const ModelLayout& layout, uint32_t seed,
+                                                    int shards) {
   if (shards < 1 || static_cast<std::size_t>(shards) > layout.params.size())
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("shards must be in 1..{}", layout.params.size()));
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("shards must be in 1..{}", layout.params.size()));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(WT_ERR_SYSTEM, fmt::format("cannot create {}: {}", dir, ec.message()));
   Rng rng{0x9E3779B97F4A7C15ULL ^ (uint64_t{seed} + 1) * 0xBF58476D1CE4E5B9ULL};
   std::vector<std::string> files;
-  const std::size_t per = (layout.params.size() + static_cast<std::size_t>(shards) - 1) / static_cast<std::size_t>(shards);
+  const std::size_t per = (layout.params.size() + static_cast<std::size_t>(shards) - 1) /
+                          static_cast<std::size_t>(shards);
   for (int s = 0; s < shards; ++s) {
-    std::size_t lo = static_cast<std::size_t>(s) * per, hi = std::min(layout.params.size(), lo + per);
+    std::size_t lo = static_cast<std::size_t>(s) * per,
+                hi = std::min(layout.params.size(), lo + per);
     nlohmann::ordered_json header;
-    header["__metadata__"] = {{"format", "pt"}, {"generator", "wt gen-checkpoint"}, {"layout", layout.name}};
+    header["__metadata__"] = {
+        {"format", "pt"}, {"generator", "wt gen-checkpoint"}, {"layout", layout.name}};
     uint64_t off = 0;
     for (std::size_t i = lo; i < hi; ++i) {
       const auto& p = layout.params[i];
       uint64_t e = 0;
       checked_numel(p.shape.data(), static_cast<int32_t>(p.shape.size()), &e);
       uint64_t n = e * element_size(p.dtype);
-      header[p.name] = {{"dtype", std::string(safetensors_name(p.dtype))}, {"shape", p.shape}, {"data_offsets", {off, off + n}}};
+      header[p.name] = {{"dtype", std::string(safetensors_name(p.dtype))},
+                        {"shape", p.shape},
+                        {"data_offsets", {off, off + n}}};
       off += n;
     }
     std::string h = header.dump();
     h.append((8 - h.size() % 8) % 8, ' ');  // pad so the data section starts 8-aligned
-    std::string path = (std::filesystem::path(dir) /
-                         (shards == 1 ? "model.safetensors"
-                                      : fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, shards)))
-                           .string();
+    std::string path =
+        (std::filesystem::path(dir) /
+         (shards == 1 ? "model.safetensors"
+                      : fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, shards)))
+            .string();
     std::string tmp = path + ".partial";
     std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-    if (!f) throw Error(WT_ERR_SYSTEM, fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+    if (!f)
+      throw Error(WT_ERR_SYSTEM, fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
     uint64_t hl = h.size();
     std::fwrite(&hl, 8, 1, f.get());
     std::fwrite(h.data(), 1, h.size(), f.get());
@@ -164,10 +179,12 @@ std::vector<std::string> write_synthetic_checkpoint(const std::string& dir, cons
         buf.resize(n * es);
         fill(buf.data(), n, p.dtype, rng);
         if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size())
-          throw Error(WT_ERR_SYSTEM, fmt::format("writing {} failed: {}", tmp, std::strerror(errno)));
+          throw Error(WT_ERR_SYSTEM,
+                      fmt::format("writing {} failed: {}", tmp, std::strerror(errno)));
       }
     }
-    if (std::fflush(f.get()) != 0) throw Error(WT_ERR_SYSTEM, fmt::format("writing {} failed", tmp));
+    if (std::fflush(f.get()) != 0)
+      throw Error(WT_ERR_SYSTEM, fmt::format("writing {} failed", tmp));
     f.reset();
     std::filesystem::rename(tmp, path);
     files.push_back(path);

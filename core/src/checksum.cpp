@@ -18,7 +18,8 @@ std::string checksum_tensor(const DLTensor& t) {
   if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
     throw Error(WT_ERR_UNSUPPORTED, "checksums are computed on host tensors only");
   uint64_t numel = 0;
-  if (!checked_numel(t.shape, t.ndim, &numel)) throw Error(WT_ERR_INVALID_ARGUMENT, "bad tensor shape");
+  if (!checked_numel(t.shape, t.ndim, &numel))
+    throw Error(WT_ERR_INVALID_ARGUMENT, "bad tensor shape");
   const std::size_t es = element_size(t.dtype);
   const auto* base = static_cast<const unsigned char*>(t.data) + t.byte_offset;
   bool compact = t.strides == nullptr;

@@ -11,14 +11,18 @@ namespace {
 
 constexpr std::size_t kErrCap = 4096;
 
-std::string reason(const char* msg) { return msg != nullptr && *msg ? msg : "no reason given"; }
+std::string reason(const char* msg) {
+  return msg != nullptr && *msg ? msg : "no reason given";
+}
 
 }  // namespace
 
 TrainerEngine::TrainerEngine(std::shared_ptr<const Plugin> plugin, wt_trainer* engine)
     : plugin_(std::move(plugin)), engine_(engine) {}
 
-TrainerEngine::~TrainerEngine() { plugin_->api().trainer->destroy(engine_); }
+TrainerEngine::~TrainerEngine() {
+  plugin_->api().trainer->destroy(engine_);
+}
 
 void TrainerEngine::send_weights(const SendOptions& options) {
   wt_send_args args{};
@@ -46,11 +50,12 @@ std::unique_ptr<TrainerEngine> trainer_init(const InitInfo& info, Client& client
   const auto& plugin = parsed.plugin;
   const auto& api = plugin->api();
   if (!(api.capabilities & WT_CAP_TRAINER))
-    throw Error(WT_ERR_INCOMPATIBLE,
-                fmt::format("backend '{}' ({}) has no trainer engine", plugin->backend(), plugin->path()));
+    throw Error(WT_ERR_INCOMPATIBLE, fmt::format("backend '{}' ({}) has no trainer engine",
+                                                 plugin->backend(), plugin->path()));
   wt_trainer* engine = nullptr;
   char err[kErrCap] = {0};
-  logger()->info("trainer_init: backend {} rank {}", info.backend(), api.init_info->rank(parsed.object));
+  logger()->info("trainer_init: backend {} rank {}", info.backend(),
+                 api.init_info->rank(parsed.object));
   wt_status s = api.trainer->create(plugin->host(), parsed.object, client.c_client(),
                                     source ? source->c_source() : nullptr,
                                     group ? group->c_group() : nullptr, &engine, err, sizeof err);
@@ -63,10 +68,13 @@ std::unique_ptr<TrainerEngine> trainer_init(const InitInfo& info, Client& client
 WorkerEngine::WorkerEngine(std::shared_ptr<const Plugin> plugin, wt_worker* engine)
     : plugin_(std::move(plugin)), engine_(engine) {}
 
-WorkerEngine::~WorkerEngine() { plugin_->api().worker->destroy(engine_); }
+WorkerEngine::~WorkerEngine() {
+  plugin_->api().worker->destroy(engine_);
+}
 
 std::unique_ptr<WorkerEngine> WorkerEngine::create(const std::string& backend,
-                                                   std::string_view init_info_json, DLDevice device) {
+                                                   std::string_view init_info_json,
+                                                   DLDevice device) {
   auto plugin = Registry::instance().get(backend);
   const auto& api = plugin->api();
   if (!(api.capabilities & WT_CAP_WORKER))
@@ -86,18 +94,24 @@ std::unique_ptr<WorkerEngine> WorkerEngine::create(const std::string& backend,
   return std::make_unique<WorkerEngine>(plugin, engine);
 }
 
-#define WT_WORKER_CALL(slot, ...)                                                        \
-  do {                                                                                   \
-    const auto* w = plugin_->api().worker;                                               \
-    wt_status s = w->slot(engine_ __VA_OPT__(, ) __VA_ARGS__);                          \
-    if (s != WT_OK)                                                                      \
+#define WT_WORKER_CALL(slot, ...)                                                      \
+  do {                                                                                 \
+    const auto* w = plugin_->api().worker;                                             \
+    wt_status s = w->slot(engine_ __VA_OPT__(, ) __VA_ARGS__);                         \
+    if (s != WT_OK)                                                                    \
       throw Error(s, fmt::format("{} worker {} failed: {}", plugin_->backend(), #slot, \
-                                 reason(w->last_error(engine_))));                       \
+                                 reason(w->last_error(engine_))));                     \
   } while (0)
 
-void WorkerEngine::start() { WT_WORKER_CALL(start); }
-void WorkerEngine::finish() { WT_WORKER_CALL(finish); }
-void WorkerEngine::abort() { WT_WORKER_CALL(abort); }
+void WorkerEngine::start() {
+  WT_WORKER_CALL(start);
+}
+void WorkerEngine::finish() {
+  WT_WORKER_CALL(finish);
+}
+void WorkerEngine::abort() {
+  WT_WORKER_CALL(abort);
+}
 
 void WorkerEngine::receive(std::string_view update_info_json, const Loader& load) {
   std::string json(update_info_json);

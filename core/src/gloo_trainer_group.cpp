@@ -23,11 +23,13 @@ class GlooTrainerGroup final : public TrainerGroup {
   GlooTrainerGroup(int rank, int size, const std::string& dir, std::chrono::milliseconds timeout)
       : rank_(rank), size_(size), timeout_(timeout) {
     if (size < 1 || rank < 0 || rank >= size)
-      throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("trainer group rank {} is not in 0..{}", rank, size - 1));
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("trainer group rank {} is not in 0..{}", rank, size - 1));
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec)
-      throw Error(WT_ERR_SYSTEM, fmt::format("cannot create the rendezvous directory {}: {}", dir, ec.message()));
+      throw Error(WT_ERR_SYSTEM,
+                  fmt::format("cannot create the rendezvous directory {}: {}", dir, ec.message()));
     guard("rendezvous", [&] {
       gloo::transport::tcp::attr attr("127.0.0.1");
       auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -66,7 +68,8 @@ class GlooTrainerGroup final : public TrainerGroup {
       v.setTimeout(timeout_);
       gloo::allgatherv(v);
       std::size_t off = 0;
-      for (std::size_t r = 0; r < counts.size(); off += counts[r], ++r) out[r] = all.substr(off, counts[r]);
+      for (std::size_t r = 0; r < counts.size(); off += counts[r], ++r)
+        out[r] = all.substr(off, counts[r]);
     });
     return out;
   }
@@ -86,11 +89,12 @@ class GlooTrainerGroup final : public TrainerGroup {
     try {
       f();
     } catch (const gloo::IoException& e) {
-      throw Error(WT_ERR_TIMEOUT, fmt::format("trainer group {} (rank {} of {}, deadline {} ms) failed: {}", what,
-                                              rank_, size_, timeout_.count(), e.what()));
+      throw Error(WT_ERR_TIMEOUT,
+                  fmt::format("trainer group {} (rank {} of {}, deadline {} ms) failed: {}", what,
+                              rank_, size_, timeout_.count(), e.what()));
     } catch (const std::exception& e) {
-      throw Error(WT_ERR_SYSTEM,
-                  fmt::format("trainer group {} (rank {} of {}) failed: {}", what, rank_, size_, e.what()));
+      throw Error(WT_ERR_SYSTEM, fmt::format("trainer group {} (rank {} of {}) failed: {}", what,
+                                             rank_, size_, e.what()));
     }
   }
 
@@ -101,7 +105,8 @@ class GlooTrainerGroup final : public TrainerGroup {
 
 }  // namespace
 
-std::unique_ptr<TrainerGroup> make_gloo_trainer_group(int rank, int size, const std::string& rendezvous_dir,
+std::unique_ptr<TrainerGroup> make_gloo_trainer_group(int rank, int size,
+                                                      const std::string& rendezvous_dir,
                                                       std::chrono::milliseconds timeout) {
   return std::make_unique<GlooTrainerGroup>(rank, size, rendezvous_dir, timeout);
 }

@@ -23,11 +23,13 @@ std::string server_message(const std::string& body) {
 
 }  // namespace
 
-HttpClient::HttpClient(std::string base_url, Options options) : base_(std::move(base_url)), options_(options) {
+HttpClient::HttpClient(std::string base_url, Options options)
+    : base_(std::move(base_url)), options_(options) {
   while (!base_.empty() && base_.back() == '/') base_.pop_back();
   if (base_.rfind("http://", 0) != 0)
-    throw Error(WT_ERR_INVALID_ARGUMENT,
-                fmt::format("receiver URL '{}' must start with http:// (https is not built in)", base_));
+    throw Error(
+        WT_ERR_INVALID_ARGUMENT,
+        fmt::format("receiver URL '{}' must start with http:// (https is not built in)", base_));
 }
 
 HttpClient::~HttpClient() = default;
@@ -56,7 +58,8 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
   if (!conn) conn = make();
   auto& cli = *conn;
   httplib::Headers headers;
-  if (!options_.bearer_token.empty()) headers.emplace("Authorization", "Bearer " + options_.bearer_token);
+  if (!options_.bearer_token.empty())
+    headers.emplace("Authorization", "Bearer " + options_.bearer_token);
   auto res = body ? cli.Post(path, headers, *body, "application/json") : cli.Post(path, headers);
   std::string where = "POST " + base_ + path;
   if (res) {  // a failed connection is dropped, a good one kept for the next call
@@ -69,10 +72,12 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
                       err == httplib::Error::ConnectionTimeout)
                          ? WT_ERR_TIMEOUT
                          : WT_ERR_REMOTE;
-    throw Error(code, fmt::format("{} failed: {} (deadline {} ms)", where, httplib::to_string(err), t.count()));
+    throw Error(code, fmt::format("{} failed: {} (deadline {} ms)", where, httplib::to_string(err),
+                                  t.count()));
   }
   if (res->status < 200 || res->status >= 300)
-    throw Error(WT_ERR_REMOTE, fmt::format("{} answered HTTP {}: {}", where, res->status, server_message(res->body)));
+    throw Error(WT_ERR_REMOTE, fmt::format("{} answered HTTP {}: {}", where, res->status,
+                                           server_message(res->body)));
   try {
     return res->body.empty() ? nlohmann::json() : nlohmann::json::parse(res->body);
   } catch (...) {
@@ -85,7 +90,9 @@ void HttpClient::init_weight_transfer_engine(std::string_view init_info_json) {
   post("/init_weight_transfer_engine", &body);
 }
 
-void HttpClient::start_weight_update() { post("/start_weight_update", nullptr); }
+void HttpClient::start_weight_update() {
+  post("/start_weight_update", nullptr);
+}
 
 void HttpClient::update_weights(std::string_view update_info_json) {
   std::string body = R"({"update_info":)" + std::string(update_info_json) + "}";
@@ -103,14 +110,19 @@ void HttpClient::finish_weight_update(const std::optional<std::string>& weight_v
 
 nlohmann::json HttpClient::get(const std::string& path) {
   httplib::Client cli(base_);
-  cli.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout));
+  cli.set_connection_timeout(
+      std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout));
   cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout));
   httplib::Headers headers;
-  if (!options_.bearer_token.empty()) headers.emplace("Authorization", "Bearer " + options_.bearer_token);
+  if (!options_.bearer_token.empty())
+    headers.emplace("Authorization", "Bearer " + options_.bearer_token);
   auto res = cli.Get(path, headers);
-  if (!res) throw Error(WT_ERR_REMOTE, fmt::format("GET {}{} failed: {}", base_, path, httplib::to_string(res.error())));
+  if (!res)
+    throw Error(WT_ERR_REMOTE,
+                fmt::format("GET {}{} failed: {}", base_, path, httplib::to_string(res.error())));
   if (res->status != 200)
-    throw Error(WT_ERR_REMOTE, fmt::format("GET {}{} answered HTTP {}: {}", base_, path, res->status, server_message(res->body)));
+    throw Error(WT_ERR_REMOTE, fmt::format("GET {}{} answered HTTP {}: {}", base_, path,
+                                           res->status, server_message(res->body)));
   return nlohmann::json::parse(res->body);
 }
 

@@ -22,9 +22,12 @@ int http_status(wt_status code) {
     case WT_ERR_INVALID_ARGUMENT:
     case WT_ERR_NOT_FOUND:
     case WT_ERR_INCOMPATIBLE:
-    case WT_ERR_ABORTED: return 400;
-    case WT_ERR_STATE: return 409;
-    default: return 500;
+    case WT_ERR_ABORTED:
+      return 400;
+    case WT_ERR_STATE:
+      return 409;
+    default:
+      return 500;
   }
 }
 
@@ -81,7 +84,8 @@ HttpServer::HttpServer(Receiver& receiver, Options options)
   if (!options_.bearer_token.empty()) {
     std::string expected = "Bearer " + options_.bearer_token;
     s.set_pre_routing_handler([expected](const httplib::Request& req, httplib::Response& res) {
-      if (req.get_header_value("Authorization") == expected) return httplib::Server::HandlerResponse::Unhandled;
+      if (req.get_header_value("Authorization") == expected)
+        return httplib::Server::HandlerResponse::Unhandled;
       reply_error(res, 401, "missing or wrong bearer token");
       return httplib::Server::HandlerResponse::Handled;
     });
@@ -89,7 +93,8 @@ HttpServer::HttpServer(Receiver& receiver, Options options)
   s.Post("/init_weight_transfer_engine", [r](const httplib::Request& req, httplib::Response& res) {
     nlohmann::json body;
     if (!parse_body(req, res, body)) return;
-    if (!body.contains("init_info")) return reply_error(res, 400, "Missing 'init_info' in request body");
+    if (!body.contains("init_info"))
+      return reply_error(res, 400, "Missing 'init_info' in request body");
     guarded(res, "/init_weight_transfer_engine", [&] {
       r->init_weight_transfer_engine(body["init_info"]);
       reply(res, 200, {{"message", "Weight transfer initialized"}});
@@ -104,7 +109,8 @@ HttpServer::HttpServer(Receiver& receiver, Options options)
   s.Post("/update_weights", [r](const httplib::Request& req, httplib::Response& res) {
     nlohmann::json body;
     if (!parse_body(req, res, body)) return;
-    if (!body.contains("update_info")) return reply_error(res, 400, "Missing 'update_info' in request body");
+    if (!body.contains("update_info"))
+      return reply_error(res, 400, "Missing 'update_info' in request body");
     guarded(res, "/update_weights", [&] {
       r->update_weights(body["update_info"]);
       reply(res, 200, {{"message", "Weights updated"}});
@@ -150,9 +156,10 @@ HttpServer::HttpServer(Receiver& receiver, Options options)
   s.Get("/weight_checksums", [r](const httplib::Request&, httplib::Response& res) {
     guarded(res, "/weight_checksums", [&] {
       auto v = r->weight_version();
-      reply(res, 200, {{"algorithm", "xxh3-64"},
-                       {"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)},
-                       {"checksums", r->checksums()}});
+      reply(res, 200,
+            {{"algorithm", "xxh3-64"},
+             {"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)},
+             {"checksums", r->checksums()}});
     });
   });
   s.Get("/health", [r](const httplib::Request&, httplib::Response& res) {
@@ -160,14 +167,18 @@ HttpServer::HttpServer(Receiver& receiver, Options options)
   });
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 void HttpServer::start() {
   auto& s = impl_->server;
-  port_ = options_.port == 0 ? s.bind_to_any_port(options_.host) : (s.bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  port_ = options_.port == 0 ? s.bind_to_any_port(options_.host)
+                             : (s.bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port_ <= 0)
-    throw Error(WT_ERR_SYSTEM, fmt::format("cannot listen on {}:{} (in use, or not an address of this host)",
-                                           options_.host, options_.port));
+    throw Error(WT_ERR_SYSTEM,
+                fmt::format("cannot listen on {}:{} (in use, or not an address of this host)",
+                            options_.host, options_.port));
   impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
   // stop() is a no-op until the accept loop runs, so do not return before it does.
   while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -175,9 +186,12 @@ void HttpServer::start() {
 
 void HttpServer::stop() {
   impl_->server.stop();
-  if (impl_->thread.joinable() && impl_->thread.get_id() != std::this_thread::get_id()) impl_->thread.join();
+  if (impl_->thread.joinable() && impl_->thread.get_id() != std::this_thread::get_id())
+    impl_->thread.join();
 }
 
-std::string HttpServer::url() const { return fmt::format("http://{}:{}", options_.host, port_); }
+std::string HttpServer::url() const {
+  return fmt::format("http://{}:{}", options_.host, port_);
+}
 
 }  // namespace wt

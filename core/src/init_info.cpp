@@ -1,7 +1,7 @@
 #include <wt/init_info.hpp>
 
-#include "internal.hpp"
 #include <wt/yaml_json.hpp>
+#include "internal.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -18,7 +18,8 @@ std::mutex& parse_mutex() {
 
 InitInfo InitInfo::from_object(const nlohmann::json& object, const std::string& origin) {
   if (!object.is_object())
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: expected an object with a 'backend' key", origin));
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: expected an object with a 'backend' key", origin));
   auto it = object.find("backend");
   if (it == object.end())
     throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: missing field 'backend'", origin));
@@ -62,10 +63,12 @@ const ParsedInitInfo& InitInfo::parsed() const {
     std::string text = full.dump();
     wt_init_info* obj = nullptr;
     char err[4096] = {0};
-    wt_status s = plugin->api().init_info->parse_json(plugin->host(), text.c_str(), &obj, err, sizeof err);
+    wt_status s =
+        plugin->api().init_info->parse_json(plugin->host(), text.c_str(), &obj, err, sizeof err);
     if (s != WT_OK || obj == nullptr)
-      throw Error(s != WT_OK ? s : WT_ERR_INTERNAL,
-                  fmt::format("{}: {}", origin_, err[0] ? err : "the plugin rejected it without a reason"));
+      throw Error(
+          s != WT_OK ? s : WT_ERR_INTERNAL,
+          fmt::format("{}: {}", origin_, err[0] ? err : "the plugin rejected it without a reason"));
     parsed_ = std::make_shared<const ParsedInitInfo>(plugin, obj);
   }
   return *parsed_;
@@ -91,7 +94,8 @@ nlohmann::json InitInfo::to_json() const {
     s = p.plugin->api().init_info->to_json(p.object, buf.data(), buf.size(), &needed);
   }
   if (s != WT_OK)
-    throw Error(s, fmt::format("{}: the {} plugin could not serialise its init info", origin_, backend_));
+    throw Error(
+        s, fmt::format("{}: the {} plugin could not serialise its init info", origin_, backend_));
   auto j = nlohmann::json::parse(buf.c_str());
   j["backend"] = backend_;
   return j;

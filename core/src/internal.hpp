@@ -14,7 +14,8 @@ namespace wt {
 struct ParsedInitInfo {
   std::shared_ptr<const Plugin> plugin;
   wt_init_info* object = nullptr;
-  ParsedInitInfo(std::shared_ptr<const Plugin> p, wt_init_info* o) : plugin(std::move(p)), object(o) {}
+  ParsedInitInfo(std::shared_ptr<const Plugin> p, wt_init_info* o)
+      : plugin(std::move(p)), object(o) {}
   ~ParsedInitInfo() { plugin->api().init_info->destroy(object); }
   ParsedInitInfo(const ParsedInitInfo&) = delete;
   ParsedInitInfo& operator=(const ParsedInitInfo&) = delete;

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <sys/mman.h>
+#include <cstring>
 
 namespace wt {
 
@@ -23,7 +23,8 @@ namespace {
 std::unique_ptr<unsigned char, Receiver::Tensor::Unmap> allocate(std::size_t nbytes) {
   std::size_t size = nbytes == 0 ? 1 : nbytes;
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw Error(WT_ERR_SYSTEM, fmt::format("cannot allocate {} bytes for received weights", size));
+  if (p == MAP_FAILED)
+    throw Error(WT_ERR_SYSTEM, fmt::format("cannot allocate {} bytes for received weights", size));
   if (size >= (std::size_t{2} << 20)) madvise(p, size, MADV_HUGEPAGE);
   return {static_cast<unsigned char*>(p), Receiver::Tensor::Unmap{size}};
 }
@@ -31,14 +32,16 @@ std::unique_ptr<unsigned char, Receiver::Tensor::Unmap> allocate(std::size_t nby
 }  // namespace
 
 Receiver::Receiver(Options options) : options_(std::move(options)) {
-  if (options_.backend.empty()) throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
+  if (options_.backend.empty())
+    throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
 }
 
-Receiver::Receiver(const std::string& backend) : Receiver([&] {
-  Options o;
-  o.backend = backend;
-  return o;
-}()) {}
+Receiver::Receiver(const std::string& backend)
+    : Receiver([&] {
+        Options o;
+        o.backend = backend;
+        return o;
+      }()) {}
 
 Receiver::~Receiver() = default;
 
@@ -50,15 +53,18 @@ void Receiver::init_weight_transfer_engine(const nlohmann::json& init_info) {
   active_ = false;
   engine_.reset();
   engine_ = WorkerEngine::create(options_.backend, init_info.dump(), options_.device);
-  logger()->info("receiver: {} worker engine initialised with {}", options_.backend, init_info.dump());
+  logger()->info("receiver: {} worker engine initialised with {}", options_.backend,
+                 init_info.dump());
 }
 
 void Receiver::start_weight_update() {
   std::lock_guard<std::mutex> l(mu_);
   if (!engine_)
-    throw Error(WT_ERR_STATE, "weight transfer is not initialised: call init_weight_transfer_engine first");
+    throw Error(WT_ERR_STATE,
+                "weight transfer is not initialised: call init_weight_transfer_engine first");
   if (active_)
-    throw Error(WT_ERR_STATE, "a weight update is already active. Call finish_weight_update first.");
+    throw Error(WT_ERR_STATE,
+                "a weight update is already active. Call finish_weight_update first.");
   engine_->start();
   active_ = true;
 }
@@ -71,9 +77,11 @@ void Receiver::update_weights(const nlohmann::json& update_info) {
     const nlohmann::json* one = &update_info;
     if (update_info.is_array()) {
       if (update_info.size() != static_cast<std::size_t>(world_size()))
-        throw Error(WT_ERR_INVALID_ARGUMENT,
-                    fmt::format("update_info is a list of {} per-worker payloads, but this receiver has {} "
-                                "worker(s)", update_info.size(), world_size()));
+        throw Error(
+            WT_ERR_INVALID_ARGUMENT,
+            fmt::format("update_info is a list of {} per-worker payloads, but this receiver has {} "
+                        "worker(s)",
+                        update_info.size(), world_size()));
       one = &update_info[0];
     }
     engine_->receive(one->dump(), [this](std::span<const wt_tensor> t) { load(t); });
@@ -95,9 +103,10 @@ void Receiver::load(std::span<const wt_tensor> tensors) {
     const DLTensor& d = t.tensor;
     const bool on_host = d.device.device_type == kDLCPU || d.device.device_type == kDLCUDAHost;
     if (!on_host && !options_.device_to_host)
-      throw Error(WT_ERR_UNSUPPORTED,
-                  fmt::format("tensor '{}' arrived in device memory and this receiver has no device copy",
-                              t.name));
+      throw Error(
+          WT_ERR_UNSUPPORTED,
+          fmt::format("tensor '{}' arrived in device memory and this receiver has no device copy",
+                      t.name));
     uint64_t numel = 0;
     if (!checked_numel(d.shape, d.ndim, &numel))
       throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("tensor '{}' has a bad shape", t.name));
@@ -113,8 +122,11 @@ void Receiver::load(std::span<const wt_tensor> tensors) {
     }
     slot.dtype = d.dtype;
     slot.shape.assign(d.shape, d.shape + d.ndim);
-    if (on_host) std::memcpy(slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset, nbytes);
-    else options_.device_to_host(slot.data.get(), d, nbytes);
+    if (on_host)
+      std::memcpy(slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset,
+                  nbytes);
+    else
+      options_.device_to_host(slot.data.get(), d, nbytes);
     auto old = staged_.find(t.name);
     if (old != staged_.end()) spare_[t.name] = std::move(old->second);
     staged_[t.name] = std::move(slot);
@@ -123,7 +135,8 @@ void Receiver::load(std::span<const wt_tensor> tensors) {
 
 void Receiver::finish_weight_update(const std::optional<std::string>& weight_version) {
   std::lock_guard<std::mutex> l(mu_);
-  if (!active_) throw Error(WT_ERR_STATE, "no weight update is active: call start_weight_update first.");
+  if (!active_)
+    throw Error(WT_ERR_STATE, "no weight update is active: call start_weight_update first.");
   active_ = false;
   try {
     engine_->finish();
@@ -175,7 +188,8 @@ std::optional<std::vector<unsigned char>> Receiver::bytes_of(const std::string& 
   std::lock_guard<std::mutex> l(mu_);
   auto it = committed_.find(name);
   if (it == committed_.end()) return std::nullopt;
-  return std::vector<unsigned char>(it->second.data.get(), it->second.data.get() + it->second.nbytes);
+  return std::vector<unsigned char>(it->second.data.get(),
+                                    it->second.data.get() + it->second.nbytes);
 }
 
 uint64_t Receiver::committed_bytes() const {
@@ -193,8 +207,14 @@ uint64_t Receiver::rounds_finished() const {
 void InProcessClient::init_weight_transfer_engine(std::string_view j) {
   r_.init_weight_transfer_engine(nlohmann::json::parse(j));
 }
-void InProcessClient::start_weight_update() { r_.start_weight_update(); }
-void InProcessClient::update_weights(std::string_view j) { r_.update_weights(nlohmann::json::parse(j)); }
-void InProcessClient::finish_weight_update(const std::optional<std::string>& v) { r_.finish_weight_update(v); }
+void InProcessClient::start_weight_update() {
+  r_.start_weight_update();
+}
+void InProcessClient::update_weights(std::string_view j) {
+  r_.update_weights(nlohmann::json::parse(j));
+}
+void InProcessClient::finish_weight_update(const std::optional<std::string>& v) {
+  r_.finish_weight_update(v);
+}
 
 }  // namespace wt

@@ -5,11 +5,11 @@
 #include <wt/log.hpp>
 #include <wt/sdk/host_objects.hpp>
 
-#include <boost/dll/runtime_symbol_info.hpp>
-#include <boost/dll/shared_library.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/auxv.h>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -30,23 +30,39 @@ void host_log(void* user_data, int32_t level, const char* message) {
   if (l == nullptr || message == nullptr) return;
   spdlog::level::level_enum lvl = spdlog::level::info;
   switch (level) {
-    case WT_LOG_TRACE: lvl = spdlog::level::trace; break;
-    case WT_LOG_DEBUG: lvl = spdlog::level::debug; break;
-    case WT_LOG_INFO: lvl = spdlog::level::info; break;
-    case WT_LOG_WARN: lvl = spdlog::level::warn; break;
-    default: lvl = spdlog::level::err; break;
+    case WT_LOG_TRACE:
+      lvl = spdlog::level::trace;
+      break;
+    case WT_LOG_DEBUG:
+      lvl = spdlog::level::debug;
+      break;
+    case WT_LOG_INFO:
+      lvl = spdlog::level::info;
+      break;
+    case WT_LOG_WARN:
+      lvl = spdlog::level::warn;
+      break;
+    default:
+      lvl = spdlog::level::err;
+      break;
   }
   l->log(lvl, "{}", message);
 }
 
 int32_t to_wt_level(spdlog::level::level_enum l) {
   switch (l) {
-    case spdlog::level::trace: return WT_LOG_TRACE;
-    case spdlog::level::debug: return WT_LOG_DEBUG;
-    case spdlog::level::info: return WT_LOG_INFO;
-    case spdlog::level::warn: return WT_LOG_WARN;
-    case spdlog::level::off: return WT_LOG_OFF;
-    default: return WT_LOG_ERROR;
+    case spdlog::level::trace:
+      return WT_LOG_TRACE;
+    case spdlog::level::debug:
+      return WT_LOG_DEBUG;
+    case spdlog::level::info:
+      return WT_LOG_INFO;
+    case spdlog::level::warn:
+      return WT_LOG_WARN;
+    case spdlog::level::off:
+      return WT_LOG_OFF;
+    default:
+      return WT_LOG_ERROR;
   }
 }
 
@@ -60,7 +76,9 @@ std::string dl_reason(const std::string& what) {
   return close == std::string::npos ? r : r.substr(0, close);
 }
 
-bool env_paths_allowed() { return getauxval(AT_SECURE) == 0; }
+bool env_paths_allowed() {
+  return getauxval(AT_SECURE) == 0;
+}
 
 std::string default_plugin_dir() {
   // libwt's own directory, found from the address of this function.
@@ -102,7 +120,8 @@ void validate_api(const wt_plugin_api* api, const std::string& path, const std::
                             path, declared, backend, declared));
   std::vector<std::string> missing;
   const auto* ii = api->init_info;
-  if (ii == nullptr) missing.push_back("init_info");
+  if (ii == nullptr)
+    missing.push_back("init_info");
   else {
     require_slot(ii, &wt_init_info_vtable::parse_json, "init_info.parse_json", path, missing);
     require_slot(ii, &wt_init_info_vtable::to_json, "init_info.to_json", path, missing);
@@ -112,7 +131,8 @@ void validate_api(const wt_plugin_api* api, const std::string& path, const std::
   }
   if (api->capabilities & WT_CAP_TRAINER) {
     const auto* t = api->trainer;
-    if (t == nullptr) missing.push_back("trainer");
+    if (t == nullptr)
+      missing.push_back("trainer");
     else {
       require_slot(t, &wt_trainer_vtable::create, "trainer.create", path, missing);
       require_slot(t, &wt_trainer_vtable::send_weights, "trainer.send_weights", path, missing);
@@ -123,7 +143,8 @@ void validate_api(const wt_plugin_api* api, const std::string& path, const std::
   }
   if (api->capabilities & WT_CAP_WORKER) {
     const auto* w = api->worker;
-    if (w == nullptr) missing.push_back("worker");
+    if (w == nullptr)
+      missing.push_back("worker");
     else {
       require_slot(w, &wt_worker_vtable::create, "worker.create", path, missing);
       require_slot(w, &wt_worker_vtable::start, "worker.start", path, missing);
@@ -178,7 +199,8 @@ Plugin::~Plugin() {
   kept->push_back(std::move(lib_));
 }
 
-std::shared_ptr<const Plugin> load_plugin_file(const std::string& path, const std::string& backend) {
+std::shared_ptr<const Plugin> load_plugin_file(const std::string& path,
+                                               const std::string& backend) {
   namespace dll = boost::dll;
   std::shared_ptr<dll::shared_library> lib;
   try {
@@ -193,8 +215,8 @@ std::shared_ptr<const Plugin> load_plugin_file(const std::string& path, const st
                 fmt::format("plugin {} does not export the entry symbol '{}'; it is not a wt "
                             "plugin, or was built without WT_PLUGIN_EXPORT",
                             path, WT_PLUGIN_ENTRY_SYMBOL));
-  auto entry = lib->get<wt_status(uint32_t, uint32_t*, const wt_plugin_api**)>(
-      WT_PLUGIN_ENTRY_SYMBOL);
+  auto entry =
+      lib->get<wt_status(uint32_t, uint32_t*, const wt_plugin_api**)>(WT_PLUGIN_ENTRY_SYMBOL);
   uint32_t plugin_abi = 0;
   const wt_plugin_api* api = nullptr;
   wt_status s = entry(WT_ABI_VERSION, &plugin_abi, &api);
@@ -247,9 +269,9 @@ void Registry::add_directory(const std::string& dir) {
 
 std::shared_ptr<const Plugin> Registry::get(const std::string& backend) {
   if (backend.empty() || backend.find('/') != std::string::npos)
-    throw Error(WT_ERR_INVALID_ARGUMENT,
-                fmt::format("invalid backend name '{}': expected a plain name such as 'ipc'",
-                            backend));
+    throw Error(
+        WT_ERR_INVALID_ARGUMENT,
+        fmt::format("invalid backend name '{}': expected a plain name such as 'ipc'", backend));
   auto dirs = search_path();
   // One lock for lookup and load: concurrent first calls load a backend exactly once.
   std::lock_guard<std::mutex> lock(mu_);

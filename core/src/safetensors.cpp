@@ -5,10 +5,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,7 +35,8 @@ std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>&
         if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
       std::sort(files.begin(), files.end());
       if (files.empty())
-        throw Error(WT_ERR_NOT_FOUND, fmt::format("{}: the directory holds no *.safetensors file", p));
+        throw Error(WT_ERR_NOT_FOUND,
+                    fmt::format("{}: the directory holds no *.safetensors file", p));
       out.insert(out.end(), files.begin(), files.end());
     } else {
       out.push_back(p);
@@ -51,7 +52,9 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths)
   try {
     for (const auto& file : files_) {
       int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) throw Error(WT_ERR_NOT_FOUND, fmt::format("{}: cannot open: {}", file, std::strerror(errno)));
+      if (fd < 0)
+        throw Error(WT_ERR_NOT_FOUND,
+                    fmt::format("{}: cannot open: {}", file, std::strerror(errno)));
       struct stat st {};
       fstat(fd, &st);
       auto size = static_cast<std::size_t>(st.st_size);
@@ -68,7 +71,8 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths)
       uint64_t header_len = 0;
       std::memcpy(&header_len, base, 8);  // little-endian on every platform wt supports
       if (header_len > size - 8)
-        bad(file, fmt::format("header length {} runs past the end of the file ({} bytes)", header_len, size));
+        bad(file, fmt::format("header length {} runs past the end of the file ({} bytes)",
+                              header_len, size));
       nlohmann::json header;
       try {
         header = nlohmann::json::parse(base + 8, base + 8 + header_len);
@@ -88,33 +92,41 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths)
         const std::string& name = it.key();
         const auto& v = it.value();
         auto where = fmt::format("tensor '{}'", name);
-        if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+        if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+            !v.contains("data_offsets"))
           bad(file, where + ": needs dtype, shape and data_offsets");
         if (!v["dtype"].is_string()) bad(file, where + ": dtype must be a string");
         auto dt = dtype_from_safetensors_name(v["dtype"].get<std::string>());
-        if (!dt) bad(file, fmt::format("{}: dtype '{}' is not one wt knows", where, v["dtype"].get<std::string>()));
+        if (!dt)
+          bad(file, fmt::format("{}: dtype '{}' is not one wt knows", where,
+                                v["dtype"].get<std::string>()));
         if (!v["shape"].is_array()) bad(file, where + ": shape must be a list");
         ParamMeta m{name, *dt, {}};
         for (const auto& d : v["shape"]) {
-          if (!d.is_number_integer() || d.get<int64_t>() < 0) bad(file, where + ": shape has a negative or non-integer dimension");
+          if (!d.is_number_integer() || d.get<int64_t>() < 0)
+            bad(file, where + ": shape has a negative or non-integer dimension");
           m.shape.push_back(d.get<int64_t>());
         }
         const auto& off = v["data_offsets"];
-        if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+        if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+            !off[1].is_number_unsigned())
           bad(file, where + ": data_offsets must be two non-negative integers");
         uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
         if (b > e || e > data_size)
-          bad(file, fmt::format("{}: data_offsets [{}, {}] are outside the data section ({} bytes)", where, b, e, data_size));
+          bad(file, fmt::format("{}: data_offsets [{}, {}] are outside the data section ({} bytes)",
+                                where, b, e, data_size));
         uint64_t numel = 0;
         if (!checked_numel(m.shape.data(), static_cast<int32_t>(m.shape.size()), &numel) ||
             numel * element_size(*dt) != e - b)
-          bad(file, fmt::format("{}: shape {} of {} needs {} bytes, but data_offsets span {}", where,
-                                nlohmann::json(m.shape).dump(), v["dtype"].get<std::string>(),
-                                numel * element_size(*dt), e - b));
-        if (!names.insert(name).second) bad(file, where + ": the name appears in more than one file");
+          bad(file, fmt::format("{}: shape {} of {} needs {} bytes, but data_offsets span {}",
+                                where, nlohmann::json(m.shape).dump(),
+                                v["dtype"].get<std::string>(), numel * element_size(*dt), e - b));
+        if (!names.insert(name).second)
+          bad(file, where + ": the name appears in more than one file");
         found.push_back({b, e, std::move(m)});
       }
-      std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.begin < b.begin; });
+      std::sort(found.begin(), found.end(),
+                [](const Found& a, const Found& b) { return a.begin < b.begin; });
       const Found* last = nullptr;  // the non-empty tensor that ends furthest
       for (const auto& f : found) {
         if (f.end == f.begin) continue;
@@ -143,7 +155,9 @@ bool SafetensorsSource::next(wt_tensor& out) {
   auto& m = meta_[next_];
   auto& t = tensors_[next_++];
   out.name = m.name.c_str();
-  out.tensor = DLTensor{t.data, {kDLCPU, 0}, static_cast<int32_t>(m.shape.size()), m.dtype, m.shape.data(), nullptr, 0};
+  out.tensor = DLTensor{t.data,  {kDLCPU, 0},    static_cast<int32_t>(m.shape.size()),
+                        m.dtype, m.shape.data(), nullptr,
+                        0};
   return true;
 }
 

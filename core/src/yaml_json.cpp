@@ -34,8 +34,10 @@ nlohmann::json scalar(const YAML::Node& n) {
 nlohmann::json yaml_to_json(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: return nullptr;
-    case YAML::NodeType::Scalar: return scalar(node);
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar:
+      return scalar(node);
     case YAML::NodeType::Sequence: {
       auto arr = nlohmann::json::array();
       for (const auto& item : node) arr.push_back(yaml_to_json(item));

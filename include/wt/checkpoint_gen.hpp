@@ -25,7 +25,8 @@ ModelLayout model_layout(const std::string& name, DLDataType dtype);
 
 // Writes the checkpoint as `shards` files in `dir` (created if needed): model.safetensors, or
 // model-0000K-of-0000N.safetensors. Returns the file paths.
-std::vector<std::string> write_synthetic_checkpoint(const std::string& dir, const ModelLayout& layout,
-                                                    uint32_t seed, int shards = 1);
+std::vector<std::string> write_synthetic_checkpoint(const std::string& dir,
+                                                    const ModelLayout& layout, uint32_t seed,
+                                                    int shards = 1);
 
 }  // namespace wt

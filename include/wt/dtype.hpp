@@ -18,11 +18,11 @@ struct DtypeName {
 };
 
 inline constexpr DtypeName kDtypeNames[] = {
-    {{kDLFloat, 32, 1}, "float32", "F32"},  {{kDLFloat, 16, 1}, "float16", "F16"},
+    {{kDLFloat, 32, 1}, "float32", "F32"},    {{kDLFloat, 16, 1}, "float16", "F16"},
     {{kDLBfloat, 16, 1}, "bfloat16", "BF16"}, {{kDLFloat, 64, 1}, "float64", "F64"},
-    {{kDLInt, 8, 1}, "int8", "I8"},          {{kDLInt, 16, 1}, "int16", "I16"},
-    {{kDLInt, 32, 1}, "int32", "I32"},       {{kDLInt, 64, 1}, "int64", "I64"},
-    {{kDLUInt, 8, 1}, "uint8", "U8"},       
+    {{kDLInt, 8, 1}, "int8", "I8"},           {{kDLInt, 16, 1}, "int16", "I16"},
+    {{kDLInt, 32, 1}, "int32", "I32"},        {{kDLInt, 64, 1}, "int64", "I64"},
+    {{kDLUInt, 8, 1}, "uint8", "U8"},
 };
 
 inline bool operator==(const DLDataType& a, const DLDataType& b) {
@@ -54,7 +54,9 @@ inline std::string_view safetensors_name(DLDataType t) {
   return "unknown";
 }
 
-inline bool is_known_dtype(DLDataType t) { return torch_name(t) != "unknown"; }
+inline bool is_known_dtype(DLDataType t) {
+  return torch_name(t) != "unknown";
+}
 
 inline std::size_t element_size(DLDataType t) {
   return static_cast<std::size_t>(t.bits) * t.lanes / 8;

@@ -7,11 +7,11 @@
 //   engine->send_weights(round);
 #pragma once
 
+#include <wt/wt_plugin.h>
 #include <wt/client.hpp>
 #include <wt/init_info.hpp>
 #include <wt/trainer_group.hpp>
 #include <wt/weight_source.hpp>
-#include <wt/wt_plugin.h>
 
 #include <functional>
 #include <memory>

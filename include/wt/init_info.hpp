@@ -22,7 +22,8 @@ class InitInfo {
   // `origin` names where the text came from (a file, "--init-info") in error messages.
   static InitInfo from_json(std::string_view json_text, const std::string& origin = "init_info");
   static InitInfo from_yaml(std::string_view yaml_text, const std::string& origin = "init_info");
-  static InitInfo from_object(const nlohmann::json& object, const std::string& origin = "init_info");
+  static InitInfo from_object(const nlohmann::json& object,
+                              const std::string& origin = "init_info");
 
   const std::string& backend() const { return backend_; }
   // The backend's own fields, as given (without "backend").

@@ -3,8 +3,8 @@
 // by next() must stay valid until end().
 #pragma once
 
-#include <wt/tensor.hpp>
 #include <wt/wt_plugin.h>
+#include <wt/tensor.hpp>
 
 #include <vector>
 

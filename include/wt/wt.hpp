@@ -1,6 +1,7 @@
 // Everything a trainer or an inference server needs from libwt.
 #pragma once
 
+#include <wt/wt_plugin.h>
 #include <wt/client.hpp>
 #include <wt/dtype.hpp>
 #include <wt/engine.hpp>
@@ -11,4 +12,3 @@
 #include <wt/trainer_group.hpp>
 #include <wt/version.hpp>
 #include <wt/weight_source.hpp>
-#include <wt/wt_plugin.h>

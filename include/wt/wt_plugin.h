@@ -81,17 +81,18 @@ extern "C" {
 typedef int32_t wt_status;
 
 #define WT_OK 0
-#define WT_ERR_INVALID_ARGUMENT 1 /* bad input: a field, a payload, a tensor; the message names it */
-#define WT_ERR_INCOMPATIBLE 2     /* ABI version, capability or wire-format mismatch */
-#define WT_ERR_UNSUPPORTED 3      /* not built in, or not possible here (e.g. CUDA without a GPU) */
-#define WT_ERR_STATE 4            /* called out of order (e.g. receive before start) */
-#define WT_ERR_SYSTEM 5           /* an operating-system call failed (shared memory, sockets) */
-#define WT_ERR_DEVICE 6           /* a CUDA or NCCL call failed */
-#define WT_ERR_TIMEOUT 7          /* a deadline passed */
-#define WT_ERR_ABORTED 8          /* abort() was called */
-#define WT_ERR_REMOTE 9           /* the other side (a client RPC, a peer) reported a failure */
-#define WT_ERR_NOT_FOUND 10       /* a named thing (backend, tensor, handle) does not exist */
-#define WT_ERR_INTERNAL 11        /* a bug, or an unexpected exception inside the plugin */
+#define WT_ERR_INVALID_ARGUMENT \
+  1                           /* bad input: a field, a payload, a tensor; the message names it */
+#define WT_ERR_INCOMPATIBLE 2 /* ABI version, capability or wire-format mismatch */
+#define WT_ERR_UNSUPPORTED 3  /* not built in, or not possible here (e.g. CUDA without a GPU) */
+#define WT_ERR_STATE 4        /* called out of order (e.g. receive before start) */
+#define WT_ERR_SYSTEM 5       /* an operating-system call failed (shared memory, sockets) */
+#define WT_ERR_DEVICE 6       /* a CUDA or NCCL call failed */
+#define WT_ERR_TIMEOUT 7      /* a deadline passed */
+#define WT_ERR_ABORTED 8      /* abort() was called */
+#define WT_ERR_REMOTE 9       /* the other side (a client RPC, a peer) reported a failure */
+#define WT_ERR_NOT_FOUND 10   /* a named thing (backend, tensor, handle) does not exist */
+#define WT_ERR_INTERNAL 11    /* a bug, or an unexpected exception inside the plugin */
 
 /* ------------------------------------------------------------------------------------------------
  * Capability bits a plugin declares in wt_plugin_api.capabilities. The host checks them before use.
@@ -99,7 +100,8 @@ typedef int32_t wt_status;
 #define WT_CAP_TRAINER (1ull << 0)     /* implements the trainer engine vtable */
 #define WT_CAP_WORKER (1ull << 1)      /* implements the worker engine vtable */
 #define WT_CAP_HOST_MEMORY (1ull << 2) /* moves tensors in host memory (kDLCPU) */
-#define WT_CAP_CUDA_MEMORY (1ull << 3) /* moves tensors in CUDA memory (kDLCUDA); built with CUDA */
+#define WT_CAP_CUDA_MEMORY (1ull << 3) /* moves tensors in CUDA memory (kDLCUDA); built with CUDA \
+                                        */
 #define WT_CAP_SPARSE (1ull << 4)      /* delta backend: send_weights takes patches, no source */
 #define WT_CAP_PACKED (1ull << 5)      /* supports packed (bucketed) transfer */
 
@@ -288,8 +290,7 @@ typedef struct wt_worker_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
   wt_status (*create)(const wt_host_api* host, const char* init_info_json,
-                      const wt_worker_options* options, wt_worker** out, char* err,
-                      size_t err_cap);
+                      const wt_worker_options* options, wt_worker** out, char* err, size_t err_cap);
   wt_status (*start)(wt_worker* engine);
   /* Validates the whole update before calling load at all, so a rejected update loads nothing. */
   wt_status (*receive)(wt_worker* engine, const char* update_info_json, wt_load_fn load,
@@ -306,9 +307,9 @@ typedef struct wt_worker_vtable {
 typedef struct wt_plugin_api {
   uint32_t struct_size;
   uint32_t abi_version;
-  const char* backend;        /* must equal the <backend> of libwt_<backend>.so */
-  const char* plugin_version; /* the plugin's own semantic version, e.g. "1.2.0" */
-  uint64_t capabilities;      /* WT_CAP_* bits */
+  const char* backend;                  /* must equal the <backend> of libwt_<backend>.so */
+  const char* plugin_version;           /* the plugin's own semantic version, e.g. "1.2.0" */
+  uint64_t capabilities;                /* WT_CAP_* bits */
   const wt_init_info_vtable* init_info; /* mandatory */
   const wt_trainer_vtable* trainer;     /* mandatory with WT_CAP_TRAINER */
   const wt_worker_vtable* worker;       /* mandatory with WT_CAP_WORKER */

@@ -2,8 +2,8 @@
 // by the YAML 1.2 core schema, quoted ones stay strings.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 namespace wt {
 

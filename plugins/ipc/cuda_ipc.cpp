@@ -29,7 +29,9 @@ void check(cudaError_t e, const char* what) {
   fail(code, "{} failed: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-void set_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+void set_device(int device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+}
 
 // cuMemGetAddressRange through the runtime's driver entry point, so the plugin does not link
 // libcuda and still loads on machines without a driver.
@@ -37,7 +39,8 @@ using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 GetAddressRange address_range_fn() {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &status),
+  check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &status),
         "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
   if (fn == nullptr || status != cudaDriverEntryPointSuccess)
     fail(WT_ERR_UNSUPPORTED, "the CUDA driver does not provide cuMemGetAddressRange");
@@ -46,7 +49,9 @@ GetAddressRange address_range_fn() {
 
 }  // namespace
 
-bool built_with_cuda() { return true; }
+bool built_with_cuda() {
+  return true;
+}
 
 std::string device_uuid(int device) {
   cudaDeviceProp prop{};
@@ -76,7 +81,8 @@ Exported export_pointer(const void* ptr) {
   CUdeviceptr base = 0;
   size_t size = 0;
   CUresult r = address_range_fn()(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
-  if (r != CUDA_SUCCESS) fail(WT_ERR_DEVICE, "cuMemGetAddressRange failed with CUresult {}", static_cast<int>(r));
+  if (r != CUDA_SUCCESS)
+    fail(WT_ERR_DEVICE, "cuMemGetAddressRange failed with CUresult {}", static_cast<int>(r));
   cudaIpcMemHandle_t h{};
   check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)),
         "cudaIpcGetMemHandle (memory from cudaMallocAsync or VMM pools cannot be shared)");
@@ -112,7 +118,8 @@ Imported::Imported(const std::string& handle_b64, int device) : device_(device) 
   std::string raw = base64_decode(handle_b64, "CUDA IPC handle");
   cudaIpcMemHandle_t h{};
   if (raw.size() != sizeof h)
-    fail(WT_ERR_INVALID_ARGUMENT, "a CUDA IPC handle is {} bytes, this one decodes to {}", sizeof h, raw.size());
+    fail(WT_ERR_INVALID_ARGUMENT, "a CUDA IPC handle is {} bytes, this one decodes to {}", sizeof h,
+         raw.size());
   std::memcpy(&h, raw.data(), sizeof h);
   set_device(device);
   check(cudaIpcOpenMemHandle(&ptr_, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
@@ -129,19 +136,36 @@ Imported::~Imported() {
 
 namespace {
 [[noreturn]] void unsupported() {
-  fail(WT_ERR_UNSUPPORTED, "this libwt_ipc.so was built without the CUDA toolkit: CUDA memory is unsupported");
+  fail(WT_ERR_UNSUPPORTED,
+       "this libwt_ipc.so was built without the CUDA toolkit: CUDA memory is unsupported");
 }
 }  // namespace
 
-bool built_with_cuda() { return false; }
-std::string device_uuid(int) { unsupported(); }
-int device_of(const void*) { unsupported(); }
-Exported export_pointer(const void*) { unsupported(); }
-DeviceBuffer::DeviceBuffer(int, std::size_t) { unsupported(); }
+bool built_with_cuda() {
+  return false;
+}
+std::string device_uuid(int) {
+  unsupported();
+}
+int device_of(const void*) {
+  unsupported();
+}
+Exported export_pointer(const void*) {
+  unsupported();
+}
+DeviceBuffer::DeviceBuffer(int, std::size_t) {
+  unsupported();
+}
 DeviceBuffer::~DeviceBuffer() = default;
-void copy(void*, const void*, std::size_t) { unsupported(); }
-void synchronize(int) { unsupported(); }
-Imported::Imported(const std::string&, int) { unsupported(); }
+void copy(void*, const void*, std::size_t) {
+  unsupported();
+}
+void synchronize(int) {
+  unsupported();
+}
+Imported::Imported(const std::string&, int) {
+  unsupported();
+}
 Imported::~Imported() = default;
 
 #endif

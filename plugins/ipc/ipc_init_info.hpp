@@ -32,14 +32,18 @@ struct IpcInitInfo final : sdk::InitInfoBase {
     auto info = std::make_unique<IpcInitInfo>();
     info->rank_ = r.get_int("rank");
     info->packed = r.opt_bool("packed", false);
-    info->packed_buffer_size_bytes = r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
+    info->packed_buffer_size_bytes =
+        r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
     info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
     r.finish();
-    if (info->rank_ < 0) sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0", r.what());
+    if (info->rank_ < 0)
+      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0", r.what());
     if (info->packed_buffer_size_bytes <= 0)
-      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
+      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_buffer_size_bytes' must be > 0",
+                r.what());
     if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
-      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be in 1..64", r.what());
+      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be in 1..64",
+                r.what());
     return info;
   }
 };

@@ -7,26 +7,31 @@
 
 namespace {
 
-std::unique_ptr<wt::sdk::TrainerBase> make_trainer(const wt_host_api* host, const wt::sdk::InitInfoBase& info,
-                                                   wt::sdk::ClientRef client, wt::sdk::SourceRef source,
+std::unique_ptr<wt::sdk::TrainerBase> make_trainer(const wt_host_api* host,
+                                                   const wt::sdk::InitInfoBase& info,
+                                                   wt::sdk::ClientRef client,
+                                                   wt::sdk::SourceRef source,
                                                    wt::sdk::GroupRef group) {
-  return std::make_unique<wt::ipc::IpcTrainer>(host, static_cast<const wt::ipc::IpcInitInfo&>(info), client,
-                                               source, group);
+  return std::make_unique<wt::ipc::IpcTrainer>(host, static_cast<const wt::ipc::IpcInitInfo&>(info),
+                                               client, source, group);
 }
 
-std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt_host_api* host, const nlohmann::json& init,
+std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt_host_api* host,
+                                                 const nlohmann::json& init,
                                                  const wt_worker_options& options) {
   return std::make_unique<wt::ipc::IpcWorker>(host, init, options);
 }
 
-constexpr uint64_t kCapabilities = WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY | WT_CAP_PACKED
+constexpr uint64_t kCapabilities = WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY |
+                                   WT_CAP_PACKED
 #ifdef WT_IPC_WITH_CUDA
                                    | WT_CAP_CUDA_MEMORY
 #endif
     ;
 
-constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION, kCapabilities,
-                                                &wt::ipc::IpcInitInfo::parse, &make_trainer, &make_worker};
+constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION,
+                                                kCapabilities,     &wt::ipc::IpcInitInfo::parse,
+                                                &make_trainer,     &make_worker};
 
 }  // namespace
 

@@ -52,13 +52,15 @@ struct Item {
 Item describe_tensor(const wt_tensor& t) {
   Item it;
   it.meta.name = t.name ? t.name : "";
-  if (it.meta.name.empty()) fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded a tensor with no name");
+  if (it.meta.name.empty())
+    fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded a tensor with no name");
   const DLTensor& d = t.tensor;
   it.meta.dtype = d.dtype;
   it.meta.shape.assign(d.shape, d.shape + d.ndim);
   if (!is_known_dtype(d.dtype))
-    fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has a dtype wt cannot name (code {}, {} bits, {} lanes)",
-         it.meta.name, d.dtype.code, d.dtype.bits, d.dtype.lanes);
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "tensor '{}' has a dtype wt cannot name (code {}, {} bits, {} lanes)", it.meta.name,
+         d.dtype.code, d.dtype.bits, d.dtype.lanes);
   uint64_t numel = 0;
   if (!checked_numel(d.shape, d.ndim, &numel))
     fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has a negative or overflowing shape", it.meta.name);
@@ -67,26 +69,35 @@ Item describe_tensor(const wt_tensor& t) {
     fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has no data pointer", it.meta.name);
   if (d.device.device_type == kDLCUDA) {
     if (!is_compact(d))
-      fail(WT_ERR_INVALID_ARGUMENT, "CUDA tensor '{}' is not contiguous; make it contiguous before sending",
-           it.meta.name);
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "CUDA tensor '{}' is not contiguous; make it contiguous before sending", it.meta.name);
     it.cuda_device = d.device.device_id;
   } else if (d.device.device_type != kDLCPU && d.device.device_type != kDLCUDAHost) {
-    fail(WT_ERR_UNSUPPORTED, "tensor '{}' lives on DLPack device type {}; ipc moves host (kDLCPU) and "
-         "CUDA (kDLCUDA) memory", it.meta.name, static_cast<int>(d.device.device_type));
+    fail(WT_ERR_UNSUPPORTED,
+         "tensor '{}' lives on DLPack device type {}; ipc moves host (kDLCPU) and "
+         "CUDA (kDLCUDA) memory",
+         it.meta.name, static_cast<int>(d.device.device_type));
   }
   return it;
 }
 
-std::string key_for(int cuda_device) { return cuda_device < 0 ? kHostKey : cuda::device_uuid(cuda_device); }
+std::string key_for(int cuda_device) {
+  return cuda_device < 0 ? kHostKey : cuda::device_uuid(cuda_device);
+}
 
 }  // namespace
 
 IpcTrainer::IpcTrainer(const wt_host_api* host, const IpcInitInfo& info, sdk::ClientRef client,
                        sdk::SourceRef source, sdk::GroupRef group)
-    : log_(host, "[ipc] "), info_(info), client_(client), source_(source), group_(group),
+    : log_(host, "[ipc] "),
+      info_(info),
+      client_(client),
+      source_(source),
+      group_(group),
       sender_(info.is_sender()) {
   if (!source_.valid())
-    fail(WT_ERR_INVALID_ARGUMENT, "the ipc backend requires a weight source, and trainer_init got none");
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "the ipc backend requires a weight source, and trainer_init got none");
   int swept = sweep_orphaned_segments();
   if (swept > 0) log_.info("removed {} shared-memory segment(s) left by dead processes", swept);
   if (sender_) client_.init_weight_transfer_engine(info_.worker_init_info().dump());
@@ -122,8 +133,10 @@ void IpcTrainer::send_weights(const wt_send_args& args) {
     // since (a new worker engine) cannot open them. Its refusal of the round's first update ends
     // its session, so the round can be sent again, once, from fresh segments.
     if (!(rounds_ok_ > 0 && first_update_failed_)) throw;
-    log_.info("the worker refused the first update of the round ({}); re-exporting fresh "
-              "segments and sending the round again", e.what());
+    log_.info(
+        "the worker refused the first update of the round ({}); re-exporting fresh "
+        "segments and sending the round again",
+        e.what());
     try {
       round(args);
     } catch (...) {
@@ -168,7 +181,8 @@ void IpcTrainer::round(const wt_send_args& args) {
     throw;
   }
   if (sender_) client_.finish_weight_update(args.weight_version);
-  log_.debug("round: packing {:.3f} s, waiting for the worker {:.3f} s, {} update(s)", pack_s_, wait_s_, sent_);
+  log_.debug("round: packing {:.3f} s, waiting for the worker {:.3f} s, {} update(s)", pack_s_,
+             wait_s_, sent_);
   pack_s_ = wait_s_ = 0;
 }
 
@@ -184,16 +198,19 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
     Handle h;
     if (it.cuda_device < 0) {
       auto found = by_name_.find(it.meta.name);
-      ShmSegment seg = (found != by_name_.end() && found->second.size() == std::max<uint64_t>(it.nbytes, 1))
-                           ? std::move(found->second)
-                           : ShmSegment::create(it.nbytes);
+      ShmSegment seg =
+          (found != by_name_.end() && found->second.size() == std::max<uint64_t>(it.nbytes, 1))
+              ? std::move(found->second)
+              : ShmSegment::create(it.nbytes);
       if (found != by_name_.end()) by_name_.erase(found);
       copy_host(seg.data(), t.tensor, it.nbytes);
       h = Handle{"shm", seg.name(), "", seg.size(), 0};
       if (!kept.emplace(it.meta.name, std::move(seg)).second)
-        fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded '{}' twice in one pass", it.meta.name);
+        fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded '{}' twice in one pass",
+             it.meta.name);
     } else {
-      auto e = cuda::export_pointer(static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset);
+      auto e = cuda::export_pointer(static_cast<const unsigned char*>(t.tensor.data) +
+                                    t.tensor.byte_offset);
       h = Handle{"cuda", "", e.handle_b64, e.allocation_size, e.offset};
       devices.push_back(it.cuda_device);
     }
@@ -207,7 +224,8 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
     client_.start_weight_update();
     auto update = describe(params);
     update["ipc_handles"] = merged;
-    in_flight_.push_back(std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
+    in_flight_.push_back(
+        std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
   }
   ++sent_;
   sync_one();
@@ -216,14 +234,18 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
 IpcTrainer::Buffer& IpcTrainer::buffer_for(std::size_t index, int cuda_device) {
   if (buffers_.size() <= index) buffers_.resize(index + 1);
   Buffer& b = buffers_[index];
-  bool fits = cuda_device < 0 ? b.shm != nullptr : (b.device != nullptr && b.cuda_device == cuda_device);
+  bool fits =
+      cuda_device < 0 ? b.shm != nullptr : (b.device != nullptr && b.cuda_device == cuda_device);
   if (!fits) {
     b = Buffer{};
     auto size = static_cast<std::size_t>(info_.packed_buffer_size_bytes);
-    if (cuda_device < 0) b.shm = std::make_unique<ShmSegment>(ShmSegment::create(size));
-    else b.device = std::make_unique<cuda::DeviceBuffer>(cuda_device, size);
+    if (cuda_device < 0)
+      b.shm = std::make_unique<ShmSegment>(ShmSegment::create(size));
+    else
+      b.device = std::make_unique<cuda::DeviceBuffer>(cuda_device, size);
     b.cuda_device = cuda_device;
-    log_.debug("allocated packed buffer {} ({} bytes, {})", index, size, cuda_device < 0 ? "host" : "cuda");
+    log_.debug("allocated packed buffer {} ({} bytes, {})", index, size,
+               cuda_device < 0 ? "host" : "cuda");
   }
   return b;
 }
@@ -239,8 +261,10 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
     if (it.nbytes > capacity)
       fail(WT_ERR_INVALID_ARGUMENT,
            "tensor '{}' has {} bytes, more than packed_buffer_size_bytes={}; raise "
-           "packed_buffer_size_bytes to at least {}", it.meta.name, it.nbytes, capacity, it.nbytes);
-    if (!chunk.params.empty() && (chunk.cuda_device != it.cuda_device || chunk.used + it.nbytes > capacity)) {
+           "packed_buffer_size_bytes to at least {}",
+           it.meta.name, it.nbytes, capacity, it.nbytes);
+    if (!chunk.params.empty() &&
+        (chunk.cuda_device != it.cuda_device || chunk.used + it.nbytes > capacity)) {
       flush(chunk, static_cast<std::size_t>(sent_ % n_buffers));
       chunk = Chunk{};
     }
@@ -252,8 +276,10 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
     Buffer& b = buffer_for(static_cast<std::size_t>(sent_ % n_buffers), it.cuda_device);
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     auto c0 = std::chrono::steady_clock::now();
-    if (it.cuda_device < 0) copy_host(b.data() + chunk.used, t.tensor, it.nbytes);
-    else cuda::copy(b.data() + chunk.used, src, it.nbytes);
+    if (it.cuda_device < 0)
+      copy_host(b.data() + chunk.used, t.tensor, it.nbytes);
+    else
+      cuda::copy(b.data() + chunk.used, src, it.nbytes);
     pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     chunk.used += it.nbytes;
     chunk.sizes.push_back(it.nbytes);
@@ -276,12 +302,14 @@ void IpcTrainer::flush(Chunk& chunk, std::size_t index) {
     auto e = cuda::export_pointer(b.device->data());
     h = Handle{"cuda", "", e.handle_b64, e.allocation_size, e.offset};
   }
-  auto merged = gather_and_merge({nlohmann::json{{key_for(b.cuda_device), h.to_json()}}}, chunk.params);
+  auto merged =
+      gather_and_merge({nlohmann::json{{key_for(b.cuda_device), h.to_json()}}}, chunk.params);
   if (sender_) {
     auto update = describe(chunk.params);
     update["tensor_sizes"] = chunk.sizes;
     update["ipc_handles"] = merged.at(0);
-    in_flight_.push_back(std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
+    in_flight_.push_back(
+        std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
   }
   ++sent_;
 }
@@ -338,9 +366,10 @@ std::vector<nlohmann::json> IpcTrainer::gather_and_merge(const std::vector<nlohm
     if (other["sender"].get<bool>()) continue;
     if (other["names"] != names)
       fail(WT_ERR_STATE,
-           "trainer group rank {} iterated different parameters than the sender ({} vs {} tensors in "
-           "this batch); every rank must yield the same names in the same order", r,
-           other["names"].size(), names.size());
+           "trainer group rank {} iterated different parameters than the sender ({} vs {} tensors "
+           "in "
+           "this batch); every rank must yield the same names in the same order",
+           r, other["names"].size(), names.size());
     const auto& handles = other["handles"];
     for (std::size_t i = 0; i < merged.size(); ++i)
       for (auto it = handles[i].begin(); it != handles[i].end(); ++it)

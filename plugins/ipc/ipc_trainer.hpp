@@ -61,8 +61,8 @@ class IpcTrainer final : public sdk::TrainerBase {
   bool sender_;
   std::atomic<bool> aborted_{false};
 
-  std::vector<Buffer> buffers_;                 // packed mode, by index
-  std::map<std::string, ShmSegment> by_name_;  // unpacked host tensors, reused across rounds
+  std::vector<Buffer> buffers_;                      // packed mode, by index
+  std::map<std::string, ShmSegment> by_name_;        // unpacked host tensors, reused across rounds
   std::deque<std::unique_ptr<AsyncRpc>> in_flight_;  // oldest first; packed: up to buffers - 1
   std::vector<std::unique_ptr<AsyncRpc>> parked_;  // failed rounds' RPC threads; joined at destroy
   int64_t sent_ = 0, completed_ = 0;               // packed chunks launched / confirmed this round

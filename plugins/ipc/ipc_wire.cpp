@@ -17,7 +17,8 @@ nlohmann::json Handle::to_json() const {
 }
 
 nlohmann::json describe(const std::vector<ParamMeta>& params) {
-  auto names = nlohmann::json::array(), dtypes = nlohmann::json::array(), shapes = nlohmann::json::array();
+  auto names = nlohmann::json::array(), dtypes = nlohmann::json::array(),
+       shapes = nlohmann::json::array();
   for (const auto& p : params) {
     names.push_back(p.name);
     dtypes.push_back(std::string(torch_name(p.dtype)));
@@ -30,12 +31,14 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
   const std::string what = "update_info for backend 'ipc'";
   if (j.is_object() && j.contains("wt_abort_round"))
     fail(WT_ERR_ABORTED, "the trainer abandoned this round: {}",
-         j["wt_abort_round"].is_string() ? j["wt_abort_round"].get<std::string>() : j["wt_abort_round"].dump());
+         j["wt_abort_round"].is_string() ? j["wt_abort_round"].get<std::string>()
+                                         : j["wt_abort_round"].dump());
   sdk::FieldReader r(j, what);
   if (r.has("ipc_handles_pickled") && !r.raw("ipc_handles_pickled").is_null())
     fail(WT_ERR_INVALID_ARGUMENT,
          "invalid {}: field 'ipc_handles_pickled' is refused: wt never unpickles; send JSON "
-         "'ipc_handles'", what);
+         "'ipc_handles'",
+         what);
   r.allow("ipc_handles_pickled");
   UpdateInfo u;
   u.packed = packed;
@@ -43,24 +46,26 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
   auto dtype_names = r.get_string_list("dtype_names");
   auto shapes = r.get_int_list_list("shapes");
   if (dtype_names.size() != names.size())
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names' has {} entries but 'names' has {}", what,
-         dtype_names.size(), names.size());
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names' has {} entries but 'names' has {}",
+         what, dtype_names.size(), names.size());
   if (shapes.size() != names.size())
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'shapes' has {} entries but 'names' has {}", what,
          shapes.size(), names.size());
   std::set<std::string> seen;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i].empty()) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names[{}]' is empty", what, i);
+    if (names[i].empty())
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names[{}]' is empty", what, i);
     if (!seen.insert(names[i]).second)
       fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names' lists '{}' twice", what, names[i]);
     auto dt = dtype_from_torch_name(dtype_names[i]);
     if (!dt)
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names[{}]' is '{}', not a dtype wt knows", what, i,
-           dtype_names[i]);
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names[{}]' is '{}', not a dtype wt knows",
+           what, i, dtype_names[i]);
     uint64_t numel = 0;
     if (!checked_numel(shapes[i].data(), static_cast<int32_t>(shapes[i].size()), &numel))
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'shapes[{}]' {} has a negative or overflowing dimension",
-           what, i, nlohmann::json(shapes[i]).dump());
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid {}: 'shapes[{}]' {} has a negative or overflowing dimension", what, i,
+           nlohmann::json(shapes[i]).dump());
     u.params.push_back({names[i], *dt, shapes[i]});
     u.nbytes.push_back(numel * element_size(*dt));
   }
@@ -71,13 +76,15 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
     if (!handles.is_object())
       fail(WT_ERR_INVALID_ARGUMENT,
            "invalid {}: field 'ipc_handles' must be one object (the buffer's handles) because the "
-           "trainer initialised packed=true, got {}", what, sdk::json_type_name(handles));
+           "trainer initialised packed=true, got {}",
+           what, sdk::json_type_name(handles));
     if (!r.has("tensor_sizes") || r.raw("tensor_sizes").is_null())
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field 'tensor_sizes' (required when packed)", what);
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid {}: missing field 'tensor_sizes' (required when packed)", what);
     auto sizes = r.get_int_list("tensor_sizes");
     if (sizes.size() != names.size())
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'tensor_sizes' has {} entries but 'names' has {}", what,
-           sizes.size(), names.size());
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'tensor_sizes' has {} entries but 'names' has {}",
+           what, sizes.size(), names.size());
     for (std::size_t i = 0; i < sizes.size(); ++i)
       if (sizes[i] < 0 || static_cast<uint64_t>(sizes[i]) != u.nbytes[i])
         fail(WT_ERR_INVALID_ARGUMENT,
@@ -88,19 +95,21 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
     if (r.has("tensor_sizes") && !r.raw("tensor_sizes").is_null())
       fail(WT_ERR_INVALID_ARGUMENT,
            "invalid {}: field 'tensor_sizes' is only for packed updates, and the trainer "
-           "initialised packed=false", what);
+           "initialised packed=false",
+           what);
     r.allow("tensor_sizes");
     if (!handles.is_array())
       fail(WT_ERR_INVALID_ARGUMENT,
            "invalid {}: field 'ipc_handles' must be a list with one object per tensor because the "
-           "trainer initialised packed=false, got {}", what, sdk::json_type_name(handles));
+           "trainer initialised packed=false, got {}",
+           what, sdk::json_type_name(handles));
     if (handles.size() != names.size())
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles' has {} entries but 'names' has {}", what,
-           handles.size(), names.size());
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles' has {} entries but 'names' has {}",
+           what, handles.size(), names.size());
     for (std::size_t i = 0; i < handles.size(); ++i) {
       if (!handles[i].is_object())
-        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles[{}]' must be an object, got {}", what, i,
-             sdk::json_type_name(handles[i]));
+        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles[{}]' must be an object, got {}",
+             what, i, sdk::json_type_name(handles[i]));
       u.handle_maps.push_back(handles[i]);
     }
   }
@@ -129,7 +138,8 @@ Handle select_handle(const nlohmann::json& map, const std::string& key, const st
   } else if (h.kind == "cuda") {
     h.cuda_handle = r.get_string("handle");
   } else {
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'kind' is '{}', expected 'shm' or 'cuda'", r.what(), h.kind);
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'kind' is '{}', expected 'shm' or 'cuda'",
+         r.what(), h.kind);
   }
   r.finish();
   return h;
@@ -168,7 +178,8 @@ std::string base64_decode(const std::string& text, const std::string& what) {
         v <<= 6;
         continue;
       }
-      if (pos == nullptr || c == '\0' || pad) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: not standard base64", what);
+      if (pos == nullptr || c == '\0' || pad)
+        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: not standard base64", what);
       v = (v << 6) | static_cast<uint32_t>(pos - kB64);
     }
     out += static_cast<char>((v >> 16) & 255);

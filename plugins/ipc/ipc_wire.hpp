@@ -30,8 +30,8 @@ namespace wt::ipc {
 inline constexpr const char* kHostKey = "cpu";
 
 struct Handle {
-  std::string kind;  // "shm" | "cuda"
-  std::string name;  // shm segment name
+  std::string kind;         // "shm" | "cuda"
+  std::string name;         // shm segment name
   std::string cuda_handle;  // base64
   uint64_t size = 0;
   uint64_t offset = 0;
@@ -50,7 +50,8 @@ struct UpdateInfo {
 UpdateInfo parse_update_info(const nlohmann::json& j, bool packed);
 
 // The handle for `key` in one handle map; WT_ERR_NOT_FOUND lists the keys present.
-Handle select_handle(const nlohmann::json& handle_map, const std::string& key, const std::string& what);
+Handle select_handle(const nlohmann::json& handle_map, const std::string& key,
+                     const std::string& what);
 
 // The fields every update carries, built from metadata.
 nlohmann::json describe(const std::vector<ParamMeta>& params);

@@ -14,10 +14,15 @@ IpcWorker::IpcWorker(const wt_host_api* host, const nlohmann::json& init_info,
   sdk::FieldReader r(init_info, "init_info for backend 'ipc' (worker)");
   packed_ = r.opt_bool("packed", false);
   r.finish();
-  if (device_.device_type == kDLCPU) key_ = kHostKey;
-  else if (device_.device_type == kDLCUDA) key_ = cuda::device_uuid(device_.device_id);
-  else fail(WT_ERR_UNSUPPORTED, "the ipc worker loads into host (kDLCPU) or CUDA (kDLCUDA) memory, not "
-            "DLPack device type {}", static_cast<int>(device_.device_type));
+  if (device_.device_type == kDLCPU)
+    key_ = kHostKey;
+  else if (device_.device_type == kDLCUDA)
+    key_ = cuda::device_uuid(device_.device_id);
+  else
+    fail(WT_ERR_UNSUPPORTED,
+         "the ipc worker loads into host (kDLCPU) or CUDA (kDLCUDA) memory, not "
+         "DLPack device type {}",
+         static_cast<int>(device_.device_type));
   sweep_orphaned_segments();
   log_.debug("worker ready: packed={}, handle key {}", packed_, key_);
 }
@@ -31,11 +36,13 @@ void IpcWorker::start() {
 
 unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::string& what) {
   if (h.offset > h.size || need > h.size - h.offset)
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: {} bytes at offset {} do not fit in a {}-byte {} allocation",
-         what, need, h.offset, h.size, h.kind);
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: {} bytes at offset {} do not fit in a {}-byte {} allocation", what, need,
+         h.offset, h.size, h.kind);
   if (h.kind == "shm") {
     if (device_.device_type != kDLCPU)
-      fail(WT_ERR_INCOMPATIBLE, "invalid {}: a host-memory handle was selected for a CUDA worker", what);
+      fail(WT_ERR_INCOMPATIBLE, "invalid {}: a host-memory handle was selected for a CUDA worker",
+           what);
     auto it = shm_.find(h.name);
     if (it == shm_.end() || it->second.size() < h.size)
       it = shm_.insert_or_assign(h.name, ShmSegment::open(h.name, h.size)).first;
@@ -43,10 +50,14 @@ unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::
     return it->second.data() + h.offset;
   }
   if (device_.device_type != kDLCUDA)
-    fail(WT_ERR_INCOMPATIBLE, "invalid {}: a CUDA handle was selected for a host-memory worker", what);
+    fail(WT_ERR_INCOMPATIBLE, "invalid {}: a CUDA handle was selected for a host-memory worker",
+         what);
   auto it = cuda_.find(h.cuda_handle);
   if (it == cuda_.end())
-    it = cuda_.emplace(h.cuda_handle, std::make_unique<cuda::Imported>(h.cuda_handle, device_.device_id)).first;
+    it = cuda_
+             .emplace(h.cuda_handle,
+                      std::make_unique<cuda::Imported>(h.cuda_handle, device_.device_id))
+             .first;
   return it->second->base() + h.offset;
 }
 
@@ -75,8 +86,9 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
   for (std::size_t i = 0; i < u.params.size(); ++i) {
     auto& p = u.params[i];
     tensors[i].name = p.name.c_str();
-    tensors[i].tensor = DLTensor{data[i], device_, static_cast<int32_t>(p.shape.size()), p.dtype,
-                                 p.shape.data(), nullptr, 0};
+    tensors[i].tensor =
+        DLTensor{data[i], device_, static_cast<int32_t>(p.shape.size()), p.dtype, p.shape.data(),
+                 nullptr, 0};
   }
   if (!tensors.empty()) {
     char err[sdk::kErrCap] = {0};
@@ -85,7 +97,8 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
   }
   // A trainer killed mid-round cannot unlink what it created; the last user does.
   for (const auto& map : u.handle_maps)
-    if (auto it = map.find(key_); it != map.end() && it->contains("name") && (*it)["name"].is_string()) {
+    if (auto it = map.find(key_);
+        it != map.end() && it->contains("name") && (*it)["name"].is_string()) {
       const auto& name = (*it)["name"].get_ref<const std::string&>();
       if (segment_creator_dead(name)) shm_unlink(name.c_str());
     }

@@ -17,7 +17,8 @@ namespace wt::ipc {
 
 class IpcWorker final : public sdk::WorkerBase {
  public:
-  IpcWorker(const wt_host_api* host, const nlohmann::json& init_info, const wt_worker_options& options);
+  IpcWorker(const wt_host_api* host, const nlohmann::json& init_info,
+            const wt_worker_options& options);
   void start() override;
   void receive(const nlohmann::json& update_info, wt_load_fn load, void* load_ctx) override;
   void finish() override;

@@ -54,7 +54,9 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 }  // namespace
 
@@ -62,7 +64,8 @@ ShmSegment ShmSegment::create(std::size_t size) {
   if (size == 0) size = 1;
   static const std::string self_start = process_start_time(getpid());
   ShmSegment s;
-  s.name_ = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + self_start + "-" + random_hex(16);
+  s.name_ = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + self_start + "-" +
+            random_hex(16);
   int fd = shm_open(s.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) sdk::fail(WT_ERR_SYSTEM, "shm_open({}) failed: {}", s.name_, errno_text());
   s.owner_ = true;
@@ -70,14 +73,16 @@ ShmSegment ShmSegment::create(std::size_t size) {
     std::string why = errno_text();
     close(fd);
     shm_unlink(s.name_.c_str());
-    sdk::fail(WT_ERR_SYSTEM, "cannot size shared-memory segment {} to {} bytes: {}", s.name_, size, why);
+    sdk::fail(WT_ERR_SYSTEM, "cannot size shared-memory segment {} to {} bytes: {}", s.name_, size,
+              why);
   }
   void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (addr == MAP_FAILED) {
     std::string why = errno_text();
     shm_unlink(s.name_.c_str());
-    sdk::fail(WT_ERR_SYSTEM, "cannot map shared-memory segment {} ({} bytes): {}", s.name_, size, why);
+    sdk::fail(WT_ERR_SYSTEM, "cannot map shared-memory segment {} ({} bytes): {}", s.name_, size,
+              why);
   }
   s.addr_ = addr;
   s.size_ = size;
@@ -105,13 +110,15 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t expected_size) 
   }
   if (static_cast<std::size_t>(st.st_size) < expected_size) {
     close(fd);
-    sdk::fail(WT_ERR_INVALID_ARGUMENT, "shared-memory segment {} holds {} bytes, but the handle says {}",
-              name, static_cast<std::size_t>(st.st_size), expected_size);
+    sdk::fail(WT_ERR_INVALID_ARGUMENT,
+              "shared-memory segment {} holds {} bytes, but the handle says {}", name,
+              static_cast<std::size_t>(st.st_size), expected_size);
   }
   std::size_t size = expected_size == 0 ? 1 : expected_size;
   void* addr = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
-  if (addr == MAP_FAILED) sdk::fail(WT_ERR_SYSTEM, "cannot map shared-memory segment {}: {}", name, errno_text());
+  if (addr == MAP_FAILED)
+    sdk::fail(WT_ERR_SYSTEM, "cannot map shared-memory segment {}: {}", name, errno_text());
   ShmSegment s;
   s.name_ = name;
   s.addr_ = addr;
@@ -119,7 +126,9 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t expected_size) 
   return s;
 }
 
-ShmSegment::ShmSegment(ShmSegment&& o) noexcept { *this = std::move(o); }
+ShmSegment::ShmSegment(ShmSegment&& o) noexcept {
+  *this = std::move(o);
+}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
   if (this != &o) {

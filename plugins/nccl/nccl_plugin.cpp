@@ -37,27 +37,33 @@ std::unique_ptr<wt::sdk::InitInfoBase> parse(const nlohmann::json& fields) {
   info->world_size = r.get_int("world_size");
   info->rank_ = r.get_int("rank");
   info->packed = r.opt_bool("packed", true);
-  info->packed_buffer_size_bytes = r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
+  info->packed_buffer_size_bytes =
+      r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
   info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
   r.finish();
   if (info->master_port < 1 || info->master_port > 65535)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'master_port' must be in 1..65535, got {}",
-                  r.what(), info->master_port);
-  if (info->world_size < 2)
     wt::sdk::fail(WT_ERR_INVALID_ARGUMENT,
-                  "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
-                  r.what(), info->world_size);
+                  "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
+                  info->master_port);
+  if (info->world_size < 2)
+    wt::sdk::fail(
+        WT_ERR_INVALID_ARGUMENT,
+        "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
+        r.what(), info->world_size);
   if (info->rank_ < 0)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}", r.what(), info->rank_);
+    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}",
+                  r.what(), info->rank_);
   if (info->packed_buffer_size_bytes <= 0)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
+    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT,
+                  "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
   if (info->packed_num_buffers < 1)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be >= 1", r.what());
+    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be >= 1",
+                  r.what());
   return info;
 }
 
-constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION, 0, &parse,
-                                                nullptr, nullptr};
+constexpr wt::sdk::PluginDefinition kDefinition{
+    WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION, 0, &parse, nullptr, nullptr};
 
 }  // namespace
 

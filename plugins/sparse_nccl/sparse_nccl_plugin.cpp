@@ -32,19 +32,22 @@ std::unique_ptr<wt::sdk::InitInfoBase> parse(const nlohmann::json& fields) {
   info->rank_ = r.get_int("rank");
   r.finish();
   if (info->master_port < 1 || info->master_port > 65535)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'master_port' must be in 1..65535, got {}",
-                  r.what(), info->master_port);
-  if (info->world_size < 2)
     wt::sdk::fail(WT_ERR_INVALID_ARGUMENT,
-                  "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
-                  r.what(), info->world_size);
+                  "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
+                  info->master_port);
+  if (info->world_size < 2)
+    wt::sdk::fail(
+        WT_ERR_INVALID_ARGUMENT,
+        "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
+        r.what(), info->world_size);
   if (info->rank_ < 0)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}", r.what(), info->rank_);
+    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}",
+                  r.what(), info->rank_);
   return info;
 }
 
-constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION,
-                                                WT_CAP_SPARSE, &parse, nullptr, nullptr};
+constexpr wt::sdk::PluginDefinition kDefinition{
+    WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION, WT_CAP_SPARSE, &parse, nullptr, nullptr};
 
 }  // namespace
 

@@ -6,8 +6,8 @@
 
 #include "support/model.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #ifdef WT_TEST_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -22,10 +22,14 @@ namespace {
 class CountingClient : public wt::Client {
  public:
   explicit CountingClient(wt::Client& inner) : inner_(inner) {}
-  void init_weight_transfer_engine(std::string_view j) override { ++calls, inner_.init_weight_transfer_engine(j); }
+  void init_weight_transfer_engine(std::string_view j) override {
+    ++calls, inner_.init_weight_transfer_engine(j);
+  }
   void start_weight_update() override { ++calls, inner_.start_weight_update(); }
   void update_weights(std::string_view j) override { ++calls, inner_.update_weights(j); }
-  void finish_weight_update(const std::optional<std::string>& v) override { ++calls, inner_.finish_weight_update(v); }
+  void finish_weight_update(const std::optional<std::string>& v) override {
+    ++calls, inner_.finish_weight_update(v);
+  }
   std::atomic<int> calls{0};
 
  private:
@@ -47,7 +51,8 @@ class CudaSource : public wt::WeightSource {
     if (!host_.next(out)) return false;
     auto& t = host_.tensors()[ptrs_.size()];
     void* d = nullptr;
-    if (cudaMalloc(&d, t.bytes.size() ? t.bytes.size() : 1) != cudaSuccess) throw std::runtime_error("cudaMalloc");
+    if (cudaMalloc(&d, t.bytes.size() ? t.bytes.size() : 1) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc");
     cudaMemcpy(d, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice);
     ptrs_.push_back(d);
     out.tensor.data = d;
@@ -103,7 +108,8 @@ int main(int argc, char** argv) {
     CountingClient client(http);
     std::unique_ptr<wt::TrainerGroup> group;
     if (group_size > 1)
-      group = wt::make_gloo_trainer_group(group_rank, group_size, rendezvous, std::chrono::seconds(30));
+      group =
+          wt::make_gloo_trainer_group(group_rank, group_size, rendezvous, std::chrono::seconds(30));
     auto info = wt::InitInfo::from_object({{"backend", "ipc"},
                                            {"rank", rank},
                                            {"packed", packed},

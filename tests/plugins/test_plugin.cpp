@@ -6,11 +6,11 @@
 //   WT_TEST_NULL_SLOT         leave the mandatory trainer.send_weights slot NULL
 //   WT_TEST_INIT_FAILS        trainer create returns WT_ERR_SYSTEM
 //   WT_TEST_THROWS            trainer create throws a C++ exception internally
+#include <wt/wt_plugin.h>
 #include <wt/sdk/errors.hpp>
 #include <wt/sdk/host_log.hpp>
 #include <wt/sdk/host_objects.hpp>
 #include <wt/sdk/json_fields.hpp>
-#include <wt/wt_plugin.h>
 
 #include <nlohmann/json.hpp>
 
@@ -59,9 +59,15 @@ wt_status to_json(const wt_init_info* info, char* buf, size_t cap, size_t* neede
   std::memcpy(buf, text.c_str(), text.size() + 1);
   return WT_OK;
 }
-int64_t rank(const wt_init_info* info) { return info->rank; }
-int32_t is_sender(const wt_init_info* info) { return info->rank == 0; }
-void destroy_info(wt_init_info* info) { delete info; }
+int64_t rank(const wt_init_info* info) {
+  return info->rank;
+}
+int32_t is_sender(const wt_init_info* info) {
+  return info->rank == 0;
+}
+void destroy_info(wt_init_info* info) {
+  delete info;
+}
 
 wt_status trainer_create(const wt_host_api* host, const wt_init_info* info, const wt_client* client,
                          const wt_weight_source* source, const wt_trainer_group*, wt_trainer** out,
@@ -95,9 +101,15 @@ wt_status trainer_create(const wt_host_api* host, const wt_init_info* info, cons
     t->client.finish_weight_update(args ? args->weight_version : nullptr);
   });
 }
-wt_status trainer_abort(wt_trainer*) { return WT_OK; }
-const char* trainer_last_error(const wt_trainer* t) { return t->last_error.c_str(); }
-void trainer_destroy(wt_trainer* t) { delete t; }
+wt_status trainer_abort(wt_trainer*) {
+  return WT_OK;
+}
+const char* trainer_last_error(const wt_trainer* t) {
+  return t->last_error.c_str();
+}
+void trainer_destroy(wt_trainer* t) {
+  delete t;
+}
 
 wt_status worker_create(const wt_host_api*, const char*, const wt_worker_options*, wt_worker** out,
                         char*, size_t) {
@@ -117,26 +129,38 @@ wt_status worker_finish(wt_worker* w) {
   w->active = false;
   return WT_OK;
 }
-wt_status worker_abort(wt_worker* w) { return worker_finish(w); }
-const char* worker_last_error(const wt_worker* w) { return w->last_error.c_str(); }
-void worker_destroy(wt_worker* w) { delete w; }
+wt_status worker_abort(wt_worker* w) {
+  return worker_finish(w);
+}
+const char* worker_last_error(const wt_worker* w) {
+  return w->last_error.c_str();
+}
+void worker_destroy(wt_worker* w) {
+  delete w;
+}
 
-const wt_init_info_vtable kInitInfo = {sizeof(wt_init_info_vtable), WT_TEST_ABI, &parse, &to_json,
-                                       &rank, &is_sender, &destroy_info};
+const wt_init_info_vtable kInitInfo = {
+    sizeof(wt_init_info_vtable), WT_TEST_ABI, &parse, &to_json, &rank, &is_sender, &destroy_info};
 #ifdef WT_TEST_NULL_SLOT
-const wt_trainer_vtable kTrainer = {sizeof(wt_trainer_vtable), WT_TEST_ABI, &trainer_create, nullptr,
-                                    &trainer_abort, &trainer_last_error, &trainer_destroy};
+const wt_trainer_vtable kTrainer = {
+    sizeof(wt_trainer_vtable), WT_TEST_ABI,     &trainer_create, nullptr, &trainer_abort,
+    &trainer_last_error,       &trainer_destroy};
 #else
-const wt_trainer_vtable kTrainer = {sizeof(wt_trainer_vtable), WT_TEST_ABI, &trainer_create,
-                                    &send_weights, &trainer_abort, &trainer_last_error,
-                                    &trainer_destroy};
+const wt_trainer_vtable kTrainer = {
+    sizeof(wt_trainer_vtable), WT_TEST_ABI,     &trainer_create, &send_weights, &trainer_abort,
+    &trainer_last_error,       &trainer_destroy};
 #endif
-const wt_worker_vtable kWorker = {sizeof(wt_worker_vtable), WT_TEST_ABI, &worker_create,
-                                  &worker_start, &worker_receive, &worker_finish, &worker_abort,
-                                  &worker_last_error, &worker_destroy};
-const wt_plugin_api kApi = {sizeof(wt_plugin_api), WT_TEST_ABI, WT_TEST_DECLARED_BACKEND, "9.9.9",
-                            WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY, &kInitInfo,
-                            &kTrainer, &kWorker};
+const wt_worker_vtable kWorker = {
+    sizeof(wt_worker_vtable), WT_TEST_ABI,   &worker_create,     &worker_start,  &worker_receive,
+    &worker_finish,           &worker_abort, &worker_last_error, &worker_destroy};
+const wt_plugin_api kApi = {sizeof(wt_plugin_api),
+                            WT_TEST_ABI,
+                            WT_TEST_DECLARED_BACKEND,
+                            "9.9.9",
+                            WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY,
+                            &kInitInfo,
+                            &kTrainer,
+                            &kWorker};
 
 wt_status negotiate(uint32_t host_abi, uint32_t* plugin_abi, const wt_plugin_api** api) {
   *plugin_abi = WT_TEST_ABI;
@@ -153,7 +177,8 @@ extern "C" WT_PLUGIN_EXPORT wt_status wt_plugin_get_wrong_name(uint32_t h, uint3
   return negotiate(h, p, a);
 }
 #else
-extern "C" WT_PLUGIN_EXPORT wt_status wt_plugin_get(uint32_t h, uint32_t* p, const wt_plugin_api** a) {
+extern "C" WT_PLUGIN_EXPORT wt_status wt_plugin_get(uint32_t h, uint32_t* p,
+                                                    const wt_plugin_api** a) {
   return negotiate(h, p, a);
 }
 #endif

@@ -36,7 +36,8 @@ inline std::map<std::string, std::string> checksums_of(VectorSource& s) {
 }
 
 // The model as it is after `rounds` training steps of the helper (perturb(r) after round r).
-inline std::map<std::string, std::string> expected_after(int rounds, int layers, int width, uint32_t seed) {
+inline std::map<std::string, std::string> expected_after(int rounds, int layers, int width,
+                                                         uint32_t seed) {
   VectorSource s;
   fill_model(s, layers, width, seed);
   for (int r = 0; r + 1 < rounds; ++r) s.perturb(static_cast<uint32_t>(r));

@@ -1,10 +1,10 @@
 // Running real processes from tests: the command's exit status and its combined output.
 #pragma once
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <string>
-#include <sys/wait.h>
 
 namespace wt::test {
 

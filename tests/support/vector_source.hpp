@@ -47,8 +47,13 @@ class VectorSource : public WeightSource {
     if (next_ >= tensors_.size()) return false;
     auto& t = tensors_[next_++];
     out.name = t.name.c_str();
-    out.tensor = DLTensor{t.bytes.data(), {kDLCPU, 0}, static_cast<int32_t>(t.shape.size()),
-                          t.dtype, t.shape.data(), nullptr, 0};
+    out.tensor = DLTensor{t.bytes.data(),
+                          {kDLCPU, 0},
+                          static_cast<int32_t>(t.shape.size()),
+                          t.dtype,
+                          t.shape.data(),
+                          nullptr,
+                          0};
     return true;
   }
   void end() override { ++ends_; }

@@ -17,7 +17,8 @@ namespace wt::sdk {
 // An error with a stable ABI code. Everything a plugin throws at a user should be one of these.
 class Error : public std::runtime_error {
  public:
-  Error(wt_status code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
+  Error(wt_status code, std::string message)
+      : std::runtime_error(std::move(message)), code_(code) {}
   wt_status code() const noexcept { return code_; }
 
  private:

@@ -2,9 +2,9 @@
 // and the trainer group. Every failed call throws wt::sdk::Error carrying the host's reason.
 #pragma once
 
+#include <wt/wt_plugin.h>
 #include <wt/sdk/errors.hpp>
 #include <wt/tensor.hpp>
-#include <wt/wt_plugin.h>
 
 #include <cstddef>
 #include <functional>
@@ -124,7 +124,8 @@ class SourceRef {
  private:
   template <typename M>
   M need(M wt_weight_source::*slot, const char* name) const {
-    if (!has_slot(s_, slot)) fail(WT_ERR_INCOMPATIBLE, "the weight source does not implement {}", name);
+    if (!has_slot(s_, slot))
+      fail(WT_ERR_INCOMPATIBLE, "the weight source does not implement {}", name);
     return s_->*slot;
   }
   template <typename F, typename... A>

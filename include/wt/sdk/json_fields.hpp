@@ -39,7 +39,8 @@ class FieldReader {
 
   const nlohmann::json& raw(const std::string& key) {
     seen_.insert(key);
-    if (!obj_.contains(key)) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field '{}'", what_, key);
+    if (!obj_.contains(key))
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field '{}'", what_, key);
     return obj_.at(key);
   }
 
@@ -112,7 +113,9 @@ class FieldReader {
 
  private:
   // An explicit null counts as absent for optional fields, as in vLLM's dataclasses.
-  bool present(const std::string& key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+  bool present(const std::string& key) const {
+    return obj_.contains(key) && !obj_.at(key).is_null();
+  }
 
   std::vector<int64_t> int_list(const nlohmann::json& v, const std::string& key) const {
     std::vector<int64_t> out;

@@ -10,11 +10,11 @@
 // status code and the message the host reads.
 #pragma once
 
+#include <wt/wt_plugin.h>
 #include <wt/sdk/errors.hpp>
 #include <wt/sdk/host_log.hpp>
 #include <wt/sdk/host_objects.hpp>
 #include <wt/sdk/json_fields.hpp>
-#include <wt/wt_plugin.h>
 
 #include <nlohmann/json.hpp>
 
@@ -57,7 +57,8 @@ struct PluginDefinition {
   std::unique_ptr<InitInfoBase> (*parse_init_info)(const nlohmann::json& fields);
   std::unique_ptr<TrainerBase> (*make_trainer)(const wt_host_api* host, const InitInfoBase& info,
                                                ClientRef client, SourceRef source, GroupRef group);
-  std::unique_ptr<WorkerBase> (*make_worker)(const wt_host_api* host, const nlohmann::json& init_info,
+  std::unique_ptr<WorkerBase> (*make_worker)(const wt_host_api* host,
+                                             const nlohmann::json& init_info,
                                              const wt_worker_options& options);
 };
 
@@ -117,7 +118,8 @@ struct PluginTables {
     return guard_into(err, cap, [&] {
       if (info == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "init_info is NULL");
       auto t = std::make_unique<wt_trainer>();
-      t->impl = D.make_trainer(host, *info->impl, ClientRef(client), SourceRef(source), GroupRef(group));
+      t->impl =
+          D.make_trainer(host, *info->impl, ClientRef(client), SourceRef(source), GroupRef(group));
       *out = t.release();
     });
   }
@@ -140,7 +142,8 @@ struct PluginTables {
     return guard_into(err, cap, [&] {
       wt_worker_options opts{};
       opts.device = {kDLCPU, 0};
-      if (options != nullptr && has_slot(options, &wt_worker_options::device)) opts.device = options->device;
+      if (options != nullptr && has_slot(options, &wt_worker_options::device))
+        opts.device = options->device;
       auto init = parse_json_text(json, fmt::format("init_info for backend '{}'", D.backend));
       auto w = std::make_unique<wt_worker>();
       w->impl = D.make_worker(host, init, opts);
@@ -166,18 +169,25 @@ struct PluginTables {
   static const char* worker_last_error(const wt_worker* w) { return w->last_error.c_str(); }
   static void worker_destroy(wt_worker* w) { delete w; }
 
-  static constexpr wt_init_info_vtable kInitInfo{sizeof(wt_init_info_vtable), WT_ABI_VERSION,
-                                                 &parse, &to_json, &rank, &is_sender,
+  static constexpr wt_init_info_vtable kInitInfo{sizeof(wt_init_info_vtable),
+                                                 WT_ABI_VERSION,
+                                                 &parse,
+                                                 &to_json,
+                                                 &rank,
+                                                 &is_sender,
                                                  &destroy_info};
-  static constexpr wt_trainer_vtable kTrainer{sizeof(wt_trainer_vtable), WT_ABI_VERSION,
-                                              &trainer_create, &send_weights, &trainer_abort,
-                                              &trainer_last_error, &trainer_destroy};
-  static constexpr wt_worker_vtable kWorker{sizeof(wt_worker_vtable), WT_ABI_VERSION,
-                                            &worker_create, &worker_start, &worker_receive,
-                                            &worker_finish, &worker_abort, &worker_last_error,
-                                            &worker_destroy};
-  static constexpr wt_plugin_api kApi{sizeof(wt_plugin_api), WT_ABI_VERSION, D.backend, D.version,
-                                      D.capabilities, &kInitInfo,
+  static constexpr wt_trainer_vtable kTrainer{
+      sizeof(wt_trainer_vtable), WT_ABI_VERSION,  &trainer_create, &send_weights, &trainer_abort,
+      &trainer_last_error,       &trainer_destroy};
+  static constexpr wt_worker_vtable kWorker{
+      sizeof(wt_worker_vtable), WT_ABI_VERSION, &worker_create,     &worker_start,  &worker_receive,
+      &worker_finish,           &worker_abort,  &worker_last_error, &worker_destroy};
+  static constexpr wt_plugin_api kApi{sizeof(wt_plugin_api),
+                                      WT_ABI_VERSION,
+                                      D.backend,
+                                      D.version,
+                                      D.capabilities,
+                                      &kInitInfo,
                                       D.make_trainer ? &kTrainer : nullptr,
                                       D.make_worker ? &kWorker : nullptr};
 
@@ -191,8 +201,8 @@ struct PluginTables {
 
 }  // namespace wt::sdk
 
-#define WT_DEFINE_PLUGIN(definition)                                                       \
+#define WT_DEFINE_PLUGIN(definition)                                                           \
   extern "C" WT_PLUGIN_EXPORT wt_status wt_plugin_get(uint32_t host_abi, uint32_t* plugin_abi, \
-                                                      const wt_plugin_api** api) {         \
-    return ::wt::sdk::PluginTables<definition>::negotiate(host_abi, plugin_abi, api);     \
+                                                      const wt_plugin_api** api) {             \
+    return ::wt::sdk::PluginTables<definition>::negotiate(host_abi, plugin_abi, api);          \
   }
