@@ -4,55 +4,37 @@
 // reports "has no trainer engine" instead of pretending.
 #include <wt/sdk/plugin.hpp>
 
+#include "../common/rendezvous_fields.hpp"
+
 namespace {
 
 using wt::sdk::FieldReader;
 
 struct NcclInitInfo final : wt::sdk::InitInfoBase {
-  std::string master_address;
-  int64_t master_port = 0;
-  int64_t world_size = 0;
-  int64_t rank_ = 0;
+  wt::plugins::RendezvousFields rendezvous;
   bool packed = true;
   int64_t packed_buffer_size_bytes = int64_t{1} << 30;
   int64_t packed_num_buffers = 2;
 
   nlohmann::json to_json() const override {
-    return {{"master_address", master_address},
-            {"master_port", master_port},
-            {"world_size", world_size},
-            {"rank", rank_},
-            {"packed", packed},
-            {"packed_buffer_size_bytes", packed_buffer_size_bytes},
-            {"packed_num_buffers", packed_num_buffers}};
+    auto j = rendezvous.to_json();
+    j["packed"] = packed;
+    j["packed_buffer_size_bytes"] = packed_buffer_size_bytes;
+    j["packed_num_buffers"] = packed_num_buffers;
+    return j;
   }
-  int64_t rank() const override { return rank_; }
+  int64_t rank() const override { return rendezvous.rank; }
 };
 
 std::unique_ptr<wt::sdk::InitInfoBase> parse(const nlohmann::json& fields) {
   FieldReader r(fields, "init_info for backend 'nccl'");
   auto info = std::make_unique<NcclInitInfo>();
-  info->master_address = r.get_string("master_address");
-  info->master_port = r.get_int("master_port");
-  info->world_size = r.get_int("world_size");
-  info->rank_ = r.get_int("rank");
+  info->rendezvous = wt::plugins::RendezvousFields::read(r);
   info->packed = r.opt_bool("packed", true);
   info->packed_buffer_size_bytes =
       r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
   info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
   r.finish();
-  if (info->master_port < 1 || info->master_port > 65535)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT,
-                  "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
-                  info->master_port);
-  if (info->world_size < 2)
-    wt::sdk::fail(
-        WT_ERR_INVALID_ARGUMENT,
-        "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
-        r.what(), info->world_size);
-  if (info->rank_ < 0)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}",
-                  r.what(), info->rank_);
   if (info->packed_buffer_size_bytes <= 0)
     wt::sdk::fail(WT_ERR_INVALID_ARGUMENT,
                   "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());

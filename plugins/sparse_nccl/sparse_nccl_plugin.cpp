@@ -4,45 +4,21 @@
 // reports "has no trainer engine" instead of pretending.
 #include <wt/sdk/plugin.hpp>
 
+#include "../common/rendezvous_fields.hpp"
+
 namespace {
 
-using wt::sdk::FieldReader;
-
 struct SparseInitInfo final : wt::sdk::InitInfoBase {
-  std::string master_address;
-  int64_t master_port = 0;
-  int64_t world_size = 0;
-  int64_t rank_ = 0;
-
-  nlohmann::json to_json() const override {
-    return {{"master_address", master_address},
-            {"master_port", master_port},
-            {"world_size", world_size},
-            {"rank", rank_}};
-  }
-  int64_t rank() const override { return rank_; }
+  wt::plugins::RendezvousFields rendezvous;
+  nlohmann::json to_json() const override { return rendezvous.to_json(); }
+  int64_t rank() const override { return rendezvous.rank; }
 };
 
 std::unique_ptr<wt::sdk::InitInfoBase> parse(const nlohmann::json& fields) {
-  FieldReader r(fields, "init_info for backend 'sparse_nccl'");
+  wt::sdk::FieldReader r(fields, "init_info for backend 'sparse_nccl'");
   auto info = std::make_unique<SparseInitInfo>();
-  info->master_address = r.get_string("master_address");
-  info->master_port = r.get_int("master_port");
-  info->world_size = r.get_int("world_size");
-  info->rank_ = r.get_int("rank");
+  info->rendezvous = wt::plugins::RendezvousFields::read(r);
   r.finish();
-  if (info->master_port < 1 || info->master_port > 65535)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT,
-                  "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
-                  info->master_port);
-  if (info->world_size < 2)
-    wt::sdk::fail(
-        WT_ERR_INVALID_ARGUMENT,
-        "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
-        r.what(), info->world_size);
-  if (info->rank_ < 0)
-    wt::sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}",
-                  r.what(), info->rank_);
   return info;
 }
 

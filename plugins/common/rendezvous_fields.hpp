@@ -1,0 +1,49 @@
+// The rendezvous fields the nccl and sparse_nccl trainer init infos share (vLLM's names):
+// master_address, master_port, world_size (trainer sender + every worker), and the caller's rank.
+// Header-only, compiled into each plugin that uses it.
+#pragma once
+
+#include <wt/sdk/json_fields.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace wt::plugins {
+
+struct RendezvousFields {
+  std::string master_address;
+  int64_t master_port = 0;
+  int64_t world_size = 0;
+  int64_t rank = 0;
+
+  // Reads and validates the four fields; errors name the field.
+  static RendezvousFields read(sdk::FieldReader& r) {
+    RendezvousFields f;
+    f.master_address = r.get_string("master_address");
+    f.master_port = r.get_int("master_port");
+    f.world_size = r.get_int("world_size");
+    f.rank = r.get_int("rank");
+    if (f.master_port < 1 || f.master_port > 65535)
+      sdk::fail(WT_ERR_INVALID_ARGUMENT,
+                "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
+                f.master_port);
+    if (f.world_size < 2)
+      sdk::fail(
+          WT_ERR_INVALID_ARGUMENT,
+          "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
+          r.what(), f.world_size);
+    if (f.rank < 0)
+      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}", r.what(),
+                f.rank);
+    return f;
+  }
+
+  nlohmann::json to_json() const {
+    return {{"master_address", master_address},
+            {"master_port", master_port},
+            {"world_size", world_size},
+            {"rank", rank}};
+  }
+};
+
+}  // namespace wt::plugins
