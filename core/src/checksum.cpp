@@ -2,6 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/tensor_layout.hpp>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -20,33 +21,12 @@ std::string checksum_tensor(const DLTensor& t) {
   uint64_t numel = 0;
   if (!checked_numel(t.shape, t.ndim, &numel))
     throw Error(WT_ERR_INVALID_ARGUMENT, "bad tensor shape");
-  const std::size_t es = element_size(t.dtype);
-  const auto* base = static_cast<const unsigned char*>(t.data) + t.byte_offset;
-  bool compact = t.strides == nullptr;
-  if (!compact) {
-    int64_t expect = 1;
-    compact = true;
-    for (int32_t d = t.ndim - 1; d >= 0; --d) {
-      if (t.shape[d] != 1 && t.strides[d] != expect) compact = false;
-      expect *= t.shape[d];
-    }
-  }
-  if (compact) return checksum_bytes(base, numel * es);
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  std::vector<int64_t> idx(static_cast<std::size_t>(t.ndim), 0);
-  for (uint64_t i = 0; i < numel; ++i) {
-    int64_t off = 0;
-    for (int32_t d = 0; d < t.ndim; ++d) off += idx[d] * t.strides[d];
-    XXH3_64bits_update(st, base + off * static_cast<int64_t>(es), es);
-    for (int32_t d = t.ndim - 1; d >= 0; --d) {
-      if (++idx[d] < t.shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-  auto h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return fmt::format("{:016x}", static_cast<unsigned long long>(h));
+  const std::size_t nbytes = numel * element_size(t.dtype);
+  if (is_compact(t))
+    return checksum_bytes(static_cast<const unsigned char*>(t.data) + t.byte_offset, nbytes);
+  std::vector<unsigned char> contiguous(nbytes);
+  copy_to_contiguous(contiguous.data(), t, nbytes);
+  return checksum_bytes(contiguous.data(), nbytes);
 }
 
 }  // namespace wt

@@ -3,6 +3,7 @@
 #include "ipc_wire.hpp"
 
 #include <wt/dtype.hpp>
+#include <wt/tensor_layout.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -12,36 +13,6 @@ namespace wt::ipc {
 using sdk::fail;
 
 namespace {
-
-bool is_compact(const DLTensor& t) {
-  if (t.strides == nullptr) return true;
-  int64_t expect = 1;
-  for (int32_t d = t.ndim - 1; d >= 0; --d) {
-    if (t.shape[d] != 1 && t.strides[d] != expect) return false;
-    expect *= t.shape[d];
-  }
-  return true;
-}
-
-// Copies a host tensor, compact or strided, into contiguous bytes at dst.
-void copy_host(unsigned char* dst, const DLTensor& t, uint64_t nbytes) {
-  const auto* src = static_cast<const unsigned char*>(t.data) + t.byte_offset;
-  if (is_compact(t)) {
-    std::memcpy(dst, src, nbytes);
-    return;
-  }
-  const std::size_t es = element_size(t.dtype);
-  std::vector<int64_t> idx(static_cast<std::size_t>(t.ndim), 0);
-  for (uint64_t i = 0, n = nbytes / es; i < n; ++i) {
-    int64_t off = 0;
-    for (int32_t d = 0; d < t.ndim; ++d) off += idx[d] * t.strides[d];
-    std::memcpy(dst + i * es, src + off * static_cast<int64_t>(es), es);
-    for (int32_t d = t.ndim - 1; d >= 0; --d) {
-      if (++idx[d] < t.shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
 
 struct Item {
   ParamMeta meta;
@@ -172,7 +143,17 @@ void IpcTrainer::round(const wt_send_args& args) {
   } catch (const sdk::Error& e) {
     // vLLM's session ends on any failed update: a deliberately rejected update ends a session the
     // trainer has to give up on, so the next round's start is not refused.
+    // Updates still in flight must land before it, or one could reach the worker's next session
+    // and end that one instead. Unlike a collective, an ipc update never waits on this process, so
+    // waiting for it is bounded by the client's deadline (and by abort()).
     if (started && !update_failed_) {
+      for (auto& rpc : in_flight_) {
+        try {
+          rpc->wait(aborted_);
+        } catch (...) {
+        }
+      }
+      in_flight_.clear();
       try {
         client_.update_weights(nlohmann::json{{"wt_abort_round", e.what()}}.dump());
       } catch (...) {
@@ -203,7 +184,7 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
               ? std::move(found->second)
               : ShmSegment::create(it.nbytes);
       if (found != by_name_.end()) by_name_.erase(found);
-      copy_host(seg.data(), t.tensor, it.nbytes);
+      copy_to_contiguous(seg.data(), t.tensor, it.nbytes);
       h = Handle{"shm", seg.name(), "", seg.size(), 0};
       if (!kept.emplace(it.meta.name, std::move(seg)).second)
         fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded '{}' twice in one pass",
@@ -277,7 +258,7 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     auto c0 = std::chrono::steady_clock::now();
     if (it.cuda_device < 0)
-      copy_host(b.data() + chunk.used, t.tensor, it.nbytes);
+      copy_to_contiguous(b.data() + chunk.used, t.tensor, it.nbytes);
     else
       cuda::copy(b.data() + chunk.used, src, it.nbytes);
     pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
