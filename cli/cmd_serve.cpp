@@ -27,6 +27,7 @@ Run add_serve_command(CLI::App& app) {
     std::string token;
     std::size_t max_body_mb = 256;
     std::string device = "cpu";
+    unsigned load_threads = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -39,6 +40,9 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-mb", o->max_body_mb, "Refuse request bodies larger than this")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "Where the worker engine maps weights: cpu or cuda:N")
+      ->capture_default_str();
+  cmd->add_option("--load-threads", o->load_threads,
+                  "Threads copying received host tensors into place (0: one per core, at most 8)")
       ->capture_default_str();
   return [o]() {
     std::string backend = o->backend;
@@ -72,6 +76,7 @@ Run add_serve_command(CLI::App& app) {
     ropts.backend = backend;
     ropts.device = parse_device(o->device);
     if (ropts.device.device_type != kDLCPU) ropts.device_to_host = &copy_device_to_host;
+    ropts.load_threads = o->load_threads;
     Receiver receiver(ropts);
 
     HttpServer::Options sopts;
@@ -88,8 +93,9 @@ Run add_serve_command(CLI::App& app) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     server.start();
-    fmt::print("wt serve: listening on {} (backend {}, device {}{})\n", server.url(), backend,
-               o->device, token.empty() ? "" : ", bearer token required");
+    fmt::print("wt serve: listening on {} (backend {}, device {}, {} load thread(s){})\n",
+               server.url(), backend, o->device, receiver.load_threads(),
+               token.empty() ? "" : ", bearer token required");
     std::fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);

@@ -50,6 +50,16 @@ TEST_P(IpcProcess, TwoProcessesSyncByteExactOverSeveralRounds) {
 INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcProcess, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
 
+TEST(IpcProcess, WeightsInADevShmFileAreExportedInPlaceByteExact) {
+  setenv("WT_LOG_LEVEL", "debug", 1);  // the trainer's debug log counts in-place tensors
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
+  cli::Child trainer(trainer_args(url, {"--rounds", "4", "--weights-in-shm"}));
+  ASSERT_EQ(trainer.wait(), 0) << trainer.output();
+  EXPECT_THAT(trainer.output(), HasSubstr("1 update(s), 202 tensor(s) exported in place"));
+  EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(4, 40, 64, 0));
+  EXPECT_EQ(HttpClient(url).get("/weight_info")["weight_version"], "step-3");
+}
+
 TEST(IpcProcessGroup, HandlesMergeAtTheInitInfoSenderNotAtGroupRankZero) {
   auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
   auto dir = std::filesystem::temp_directory_path() / ("wt-rdv-" + std::to_string(getpid()));

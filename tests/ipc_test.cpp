@@ -7,6 +7,7 @@
 #include "support/model.hpp"
 #include "support/recording_client.hpp"
 #include "support/shm.hpp"
+#include "support/shm_file_source.hpp"
 #include "support/vector_source.hpp"
 
 #include <gmock/gmock.h>
@@ -325,7 +326,7 @@ TEST_F(IpcMalformed, SegmentThatDoesNotExist) {
 TEST_F(IpcMalformed, NotAWtSegmentName) {
   auto u = good_;
   u["ipc_handles"][0]["cpu"]["name"] = "/../etc/passwd";
-  expect_rejected(u, "is not a wt shared-memory segment name");
+  expect_rejected(u, "is not a shared-memory segment name");
 }
 
 TEST_F(IpcMalformed, BadHandleFields) {
@@ -432,6 +433,76 @@ TEST(IpcTrainer, AbortMakesTheNextRoundFailWithAborted) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_ABORTED);
+  }
+}
+
+// ---- host tensors that already live in /dev/shm are exported in place ----
+
+TEST(IpcInPlace, TensorsInADevShmFileAreNamedByThatFileAndNotCopied) {
+  Receiver receiver("ipc");
+  InProcessClient inproc(receiver);
+  test::RecordingClient client(&inproc);
+  test::VectorSource host;
+  test::fill_model(host);
+  test::ShmFileSource source(host);
+  auto engine = trainer_init(ipc_info(0, false), client, &source);
+  for (int round = 0; round < 3; ++round) {
+    engine->send_weights();
+    expect_same_bytes(host, receiver);
+    EXPECT_TRUE(test::wt_segments_of().empty());
+    host.perturb(static_cast<uint32_t>(round));
+  }
+  auto u = json::parse(client.calls()[2].payload);
+  ASSERT_EQ(u["ipc_handles"].size(), host.tensors().size());
+  for (std::size_t i = 0; i < host.tensors().size(); ++i) {
+    const auto& h = u["ipc_handles"][i]["cpu"];
+    EXPECT_EQ(h["name"], source.name()) << i;
+    EXPECT_EQ(h["offset"], source.offset_of(i)) << i;
+    EXPECT_EQ(h["size"], source.file_size()) << i;
+  }
+}
+
+TEST(IpcInPlace, AFileReplacedUnderTheSameNameIsMappedAfresh) {
+  Receiver receiver("ipc");
+  InProcessClient client(receiver);
+  test::VectorSource host;
+  host.add("w", kF32, {1024}, 1);
+  test::ShmFileSource source(host);
+  auto engine = trainer_init(ipc_info(0, false), client, &source);
+  engine->send_weights();
+  expect_same_bytes(host, receiver);
+  // The worker still maps the old file; the name now means a new one with other bytes.
+  source.replace_file();
+  host.perturb(7);
+  engine->send_weights();
+  expect_same_bytes(host, receiver);
+}
+
+TEST(IpcInPlace, StridedOrPackedTensorsInDevShmAreStillCopied) {
+  test::VectorSource host;
+  host.add("w", kF32, {4, 4}, 1);
+  test::ShmFileSource shm(host);
+  struct Transposed : WeightSource {
+    explicit Transposed(WeightSource& s) : inner(s) {}
+    WeightSource& inner;
+    std::vector<int64_t> strides{1, 4};
+    const std::vector<ParamMeta>& metadata() override { return inner.metadata(); }
+    void begin() override { inner.begin(); }
+    bool next(wt_tensor& out) override {
+      if (!inner.next(out)) return false;
+      out.tensor.strides = strides.data();
+      return true;
+    }
+    void end() override { inner.end(); }
+  } strided(shm);
+  for (auto [source, packed] : {std::pair<WeightSource*, bool>{&strided, false}, {&shm, true}}) {
+    test::RecordingClient client;
+    auto engine = trainer_init(ipc_info(0, packed), client, source);
+    engine->send_weights();
+    auto u = json::parse(client.calls()[2].payload);
+    const auto& h = packed ? u["ipc_handles"]["cpu"] : u["ipc_handles"][0]["cpu"];
+    EXPECT_THAT(h["name"].get<std::string>(), HasSubstr("/wt-" + std::to_string(getpid()) + "-"))
+        << (packed ? "packed" : "strided");
   }
 }
 

@@ -5,10 +5,18 @@
 #include <wt/error.hpp>
 #include <wt/log.hpp>
 
+#include "parallel_copy.hpp"
+
 #include <fmt/format.h>
 
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <set>
+#include <string_view>
 
 namespace wt {
 
@@ -19,19 +27,38 @@ void Receiver::Tensor::Unmap::operator()(unsigned char* p) const {
 namespace {
 
 // Fewer TLB misses on the copy that loads every byte: ask for huge pages where the kernel offers
-// them on request (transparent_hugepage=madvise).
+// them on request (transparent_hugepage=madvise). mmap only promises 4 KiB alignment, and a huge
+// page needs a 2 MiB-aligned 2 MiB range, so larger tensors get a 2 MiB-aligned start (the region
+// is over-allocated and trimmed); otherwise an 8 MiB tensor would get only 3 huge pages of 4.
 std::unique_ptr<unsigned char, Receiver::Tensor::Unmap> allocate(std::size_t nbytes) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
   std::size_t size = nbytes == 0 ? 1 : nbytes;
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const bool huge = size >= kHuge;
+  const std::size_t reserve = huge ? size + kHuge : size;
+  void* p = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     throw Error(WT_ERR_SYSTEM, fmt::format("cannot allocate {} bytes for received weights", size));
-  if (size >= (std::size_t{2} << 20)) madvise(p, size, MADV_HUGEPAGE);
-  return {static_cast<unsigned char*>(p), Receiver::Tensor::Unmap{size}};
+  auto* start = static_cast<unsigned char*>(p);
+  if (huge) {
+    auto addr = reinterpret_cast<uintptr_t>(p);
+    auto* aligned = reinterpret_cast<unsigned char*>((addr + kHuge - 1) & ~(kHuge - 1));
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t kept = (size + page - 1) / page * page;
+    if (aligned > start) munmap(start, static_cast<std::size_t>(aligned - start));
+    if (auto* tail = aligned + kept; tail < start + reserve)
+      munmap(tail, static_cast<std::size_t>(start + reserve - tail));
+    start = aligned;
+    madvise(start, size, MADV_HUGEPAGE);
+  }
+  return {start, Receiver::Tensor::Unmap{size}};
 }
 
 }  // namespace
 
-Receiver::Receiver(Options options) : options_(std::move(options)) {
+Receiver::Receiver(Options options)
+    : options_(std::move(options)),
+      load_threads_(options_.load_threads > 0 ? options_.load_threads
+                                              : detail::default_copy_threads()) {
   if (options_.backend.empty())
     throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
 }
@@ -84,7 +111,11 @@ void Receiver::update_weights(const nlohmann::json& update_info) {
                         update_info.size(), world_size()));
       one = &update_info[0];
     }
-    engine_->receive(one->dump(), [this](std::span<const wt_tensor> t) { load(t); });
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t loaded = 0;
+    engine_->receive(one->dump(), [&](std::span<const wt_tensor> t) { loaded += load(t); });
+    logger()->debug("receiver: update loaded {} bytes in {:.3f} s", loaded,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (...) {
     // vLLM's rule: a failed update ends the session; what this round staged is dropped.
     active_ = false;
@@ -98,7 +129,11 @@ void Receiver::update_weights(const nlohmann::json& update_info) {
   }
 }
 
-void Receiver::load(std::span<const wt_tensor> tensors) {
+uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
+  uint64_t total = 0;
+  std::vector<detail::CopyJob> host_copies;
+  std::set<std::string_view> names;
+  bool repeated = false;  // a name twice in one batch: copy in order, so the last one wins
   for (const auto& t : tensors) {
     const DLTensor& d = t.tensor;
     const bool on_host = d.device.device_type == kDLCPU || d.device.device_type == kDLCUDAHost;
@@ -111,6 +146,7 @@ void Receiver::load(std::span<const wt_tensor> tensors) {
     if (!checked_numel(d.shape, d.ndim, &numel))
       throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("tensor '{}' has a bad shape", t.name));
     std::size_t nbytes = numel * element_size(d.dtype);
+    repeated |= !names.insert(t.name).second;
     Tensor slot;
     auto spare = spare_.find(t.name);
     if (spare != spare_.end() && spare->second.nbytes == nbytes) {
@@ -123,14 +159,18 @@ void Receiver::load(std::span<const wt_tensor> tensors) {
     slot.dtype = d.dtype;
     slot.shape.assign(d.shape, d.shape + d.ndim);
     if (on_host)
-      std::memcpy(slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset,
-                  nbytes);
+      host_copies.push_back(
+          {slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset, nbytes});
     else
       options_.device_to_host(slot.data.get(), d, nbytes);
     auto old = staged_.find(t.name);
     if (old != staged_.end()) spare_[t.name] = std::move(old->second);
     staged_[t.name] = std::move(slot);
+    total += nbytes;
   }
+  // The slots stay alive until the copies are done: replaced ones wait in spare_.
+  detail::parallel_copy(host_copies, repeated ? 1 : load_threads_);
+  return total;
 }
 
 void Receiver::finish_weight_update(const std::optional<std::string>& weight_version) {

@@ -30,6 +30,9 @@ class Receiver {
     // Copies `n` bytes of a received device tensor into host memory; needed when `device` is not
     // the CPU (wt serve provides it when built with CUDA).
     std::function<void(void* dst, const DLTensor& src, std::size_t n)> device_to_host;
+    // Threads that copy received host tensors into place (a batch under 32 MiB uses one);
+    // 0: the hardware's thread count, at most 8.
+    unsigned load_threads = 0;
   };
   struct Tensor {
     DLDataType dtype{};
@@ -56,6 +59,7 @@ class Receiver {
   void finish_weight_update(const std::optional<std::string>& weight_version);
 
   const std::string& backend() const { return options_.backend; }
+  unsigned load_threads() const { return load_threads_; }
   int world_size() const { return 1; }
   std::optional<std::string> weight_version() const;
   void set_weight_version(const std::string& version);
@@ -69,9 +73,10 @@ class Receiver {
   uint64_t rounds_finished() const;
 
  private:
-  void load(std::span<const wt_tensor> tensors);
+  uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
 
   Options options_;
+  unsigned load_threads_;
   mutable std::mutex mu_;
   std::unique_ptr<WorkerEngine> engine_;
   bool active_ = false;

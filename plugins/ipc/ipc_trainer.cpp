@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <set>
 
 namespace wt::ipc {
 
@@ -162,38 +164,53 @@ void IpcTrainer::round(const wt_send_args& args) {
     throw;
   }
   if (sender_) client_.finish_weight_update(args.weight_version);
-  log_.debug("round: packing {:.3f} s, waiting for the worker {:.3f} s, {} update(s)", pack_s_,
-             wait_s_, sent_);
+  log_.debug(
+      "round: packing {:.3f} s, waiting for the worker {:.3f} s, {} update(s), {} tensor(s) "
+      "exported in place",
+      pack_s_, wait_s_, sent_, exported_in_place_);
   pack_s_ = wait_s_ = 0;
+  exported_in_place_ = 0;
 }
 
 void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
   std::vector<ParamMeta> params;
   std::vector<nlohmann::json> mine;
   std::map<std::string, ShmSegment> kept;
+  std::set<std::string> seen;
+  std::optional<SharedMappings> shared;  // read once per round, at the first host tensor
   std::vector<int> devices;
   wt_tensor t{};
   while (pass.next(&t)) {
     check_not_aborted();
     Item it = describe_tensor(t);
+    if (!seen.insert(it.meta.name).second)
+      fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded '{}' twice in one pass",
+           it.meta.name);
+    const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     Handle h;
-    if (it.cuda_device < 0) {
-      auto found = by_name_.find(it.meta.name);
-      ShmSegment seg =
-          (found != by_name_.end() && found->second.size() == std::max<uint64_t>(it.nbytes, 1))
-              ? std::move(found->second)
-              : ShmSegment::create(it.nbytes);
-      if (found != by_name_.end()) by_name_.erase(found);
-      copy_to_contiguous(seg.data(), t.tensor, it.nbytes);
-      h = Handle{"shm", seg.name(), "", seg.size(), 0};
-      if (!kept.emplace(it.meta.name, std::move(seg)).second)
-        fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded '{}' twice in one pass",
-             it.meta.name);
-    } else {
-      auto e = cuda::export_pointer(static_cast<const unsigned char*>(t.tensor.data) +
-                                    t.tensor.byte_offset);
+    if (it.cuda_device >= 0) {
+      auto e = cuda::export_pointer(src);
       h = Handle{"cuda", "", e.handle_b64, e.allocation_size, e.offset};
       devices.push_back(it.cuda_device);
+    } else {
+      if (!shared) shared = SharedMappings::snapshot();
+      auto in_place =
+          it.nbytes > 0 && is_compact(t.tensor) ? shared->locate(src, it.nbytes) : std::nullopt;
+      if (in_place) {
+        // Already in a /dev/shm file: the worker maps that file; nothing is copied here.
+        h = Handle{"shm", in_place->name, "", in_place->extent, in_place->offset};
+        ++exported_in_place_;
+      } else {
+        auto found = by_name_.find(it.meta.name);
+        ShmSegment seg =
+            (found != by_name_.end() && found->second.size() == std::max<uint64_t>(it.nbytes, 1))
+                ? std::move(found->second)
+                : ShmSegment::create(it.nbytes);
+        if (found != by_name_.end()) by_name_.erase(found);
+        copy_to_contiguous(seg.data(), t.tensor, it.nbytes);
+        h = Handle{"shm", seg.name(), "", seg.size(), 0};
+        kept.emplace(it.meta.name, std::move(seg));
+      }
     }
     mine.push_back({{key_for(it.cuda_device), h.to_json()}});
     params.push_back(std::move(it.meta));

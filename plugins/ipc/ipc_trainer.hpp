@@ -4,6 +4,7 @@
 #include "async_rpc.hpp"
 #include "cuda_ipc.hpp"
 #include "ipc_init_info.hpp"
+#include "shared_mappings.hpp"
 #include "shm_segment.hpp"
 
 #include <wt/sdk/plugin.hpp>
@@ -70,6 +71,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   bool first_update_failed_ = false;  // ... and it was the round's first update
   int64_t rounds_ok_ = 0;
   double pack_s_ = 0, wait_s_ = 0;  // per round, for the debug log
+  int64_t exported_in_place_ = 0;   // host tensors found already in /dev/shm, this round
 };
 
 }  // namespace wt::ipc

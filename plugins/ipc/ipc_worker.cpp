@@ -44,9 +44,9 @@ unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::
       fail(WT_ERR_INCOMPATIBLE, "invalid {}: a host-memory handle was selected for a CUDA worker",
            what);
     auto it = shm_.find(h.name);
-    if (it == shm_.end() || it->second.size() < h.size)
+    bool first_use = used_this_round_.insert(h.name).second;
+    if (it == shm_.end() || it->second.size() < h.size || (first_use && !it->second.is_current()))
       it = shm_.insert_or_assign(h.name, ShmSegment::open(h.name, h.size)).first;
-    used_this_round_.insert(h.name);
     return it->second.data() + h.offset;
   }
   if (device_.device_type != kDLCUDA)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -90,9 +91,10 @@ ShmSegment ShmSegment::create(std::size_t size) {
 }
 
 ShmSegment ShmSegment::open(const std::string& name, std::size_t expected_size) {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
-      name.compare(1, std::strlen(kPrefix), kPrefix) != 0)
-    sdk::fail(WT_ERR_INVALID_ARGUMENT, "'{}' is not a wt shared-memory segment name", name);
+  // wt's own segments, or a file in /dev/shm a trainer's tensors already live in.
+  if (name.size() < 2 || name.size() > NAME_MAX || name[0] != '/' ||
+      name.find('/', 1) != std::string::npos || name == "/." || name == "/..")
+    sdk::fail(WT_ERR_INVALID_ARGUMENT, "'{}' is not a shared-memory segment name", name);
   int fd = shm_open(name.c_str(), O_RDONLY, 0);
   if (fd < 0) {
     if (errno == ENOENT)
@@ -123,7 +125,17 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t expected_size) 
   s.name_ = name;
   s.addr_ = addr;
   s.size_ = size;
+  s.inode_ = st.st_ino;
   return s;
+}
+
+bool ShmSegment::is_current() const {
+  int fd = shm_open(name_.c_str(), O_RDONLY, 0);
+  if (fd < 0) return true;
+  struct stat st {};
+  bool same = fstat(fd, &st) != 0 || st.st_ino == inode_;
+  close(fd);
+  return same;
 }
 
 ShmSegment::ShmSegment(ShmSegment&& o) noexcept {
@@ -132,12 +144,13 @@ ShmSegment::ShmSegment(ShmSegment&& o) noexcept {
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
   if (this != &o) {
-    this->~ShmSegment();
+    release();
     name_ = std::move(o.name_);
     addr_ = o.addr_;
     size_ = o.size_;
     owner_ = o.owner_;
     unlinked_ = o.unlinked_;
+    inode_ = o.inode_;
     o.addr_ = nullptr;
     o.size_ = 0;
     o.owner_ = false;
@@ -146,6 +159,10 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
 }
 
 ShmSegment::~ShmSegment() {
+  release();
+}
+
+void ShmSegment::release() {
   if (addr_ != nullptr) munmap(addr_, size_);
   addr_ = nullptr;
   if (owner_) unlink();

@@ -15,7 +15,8 @@ class ShmSegment {
  public:
   // Creates and maps a new read-write segment of `size` bytes (size 0 is rounded up to 1).
   static ShmSegment create(std::size_t size);
-  // Maps an existing segment read-only; throws wt::sdk::Error (WT_ERR_NOT_FOUND if it is gone).
+  // Maps the first `expected_size` bytes of an existing segment read-only: a wt segment or any
+  // other file in /dev/shm. Throws wt::sdk::Error (WT_ERR_NOT_FOUND if it is gone).
   static ShmSegment open(const std::string& name, std::size_t expected_size);
 
   ShmSegment() = default;
@@ -31,13 +32,20 @@ class ShmSegment {
   bool linked() const { return owner_ && !unlinked_; }
   // Removes the name from /dev/shm; the mapping stays valid. Idempotent.
   void unlink();
+  // For an opened segment: false when its name now refers to another file (its owner replaced
+  // it), so a cached mapping must be redone. A name that is gone keeps the mapping current: wt
+  // unlinks its segments' names as soon as every worker has mapped them.
+  bool is_current() const;
 
  private:
+  void release();  // unmaps, and unlinks what this process created and has not unlinked
+
   std::string name_;
   void* addr_ = nullptr;
   std::size_t size_ = 0;
   bool owner_ = false;
   bool unlinked_ = false;
+  unsigned long inode_ = 0;  // of the file opened (open() only)
 };
 
 // True when `name` is a wt segment whose creating process no longer exists.

@@ -1,10 +1,12 @@
 // wt_test_trainer: a trainer process for cross-process tests. It syncs the deterministic test
 // model (support/model.hpp) to a receiver over HTTP for a number of rounds, perturbing it between
-// rounds, optionally as one rank of a multi-process trainer group, optionally from CUDA memory.
+// rounds, optionally as one rank of a multi-process trainer group, optionally from CUDA memory or
+// from a /dev/shm file.
 #include <wt/http_client.hpp>
 #include <wt/wt.hpp>
 
 #include "support/model.hpp"
+#include "support/shm_file_source.hpp"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -76,7 +78,7 @@ class CudaSource : public wt::WeightSource {
 int main(int argc, char** argv) {
   CLI::App app{"wt test trainer"};
   std::string url, rendezvous;
-  bool packed = false, cuda = false;
+  bool packed = false, cuda = false, in_shm = false;
   int64_t buffer_bytes = 1 << 20;
   int rounds = 3, rank = 0, group_rank = 0, group_size = 1, layers = 40, width = 64, delay_ms = 0;
   uint32_t seed = 0;
@@ -93,11 +95,14 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed);
   app.add_option("--delay-ms", delay_ms, "sleep between rounds");
   app.add_flag("--cuda", cuda, "send from CUDA memory");
+  app.add_flag("--weights-in-shm", in_shm, "keep the weights in a /dev/shm file");
   CLI11_PARSE(app, argc, argv);
   try {
     wt::test::VectorSource source;
     wt::test::fill_model(source, layers, width, seed);
     wt::WeightSource* src = &source;
+    std::unique_ptr<wt::test::ShmFileSource> shm_source;
+    if (in_shm) src = (shm_source = std::make_unique<wt::test::ShmFileSource>(source)).get();
 #ifdef WT_TEST_WITH_CUDA
     CudaSource cuda_source(source);
     if (cuda) src = &cuda_source;

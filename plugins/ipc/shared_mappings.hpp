@@ -1,0 +1,51 @@
+// Host memory that is already shareable: a MAP_SHARED mapping of a file in /dev/shm (what
+// shm_open + mmap gives, and what frameworks that share tensors between processes allocate).
+// A tensor that lives in such a mapping is exported in place — the worker maps the same file —
+// instead of being copied into a wt segment first, as CUDA tensors are exported in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wt::ipc {
+
+struct SharedLocation {
+  std::string name;     // shm_open name, "/<file in /dev/shm>"
+  uint64_t inode = 0;   // of the mapped file
+  uint64_t extent = 0;  // bytes of the file from offset 0 up to the mapping's (page-rounded) end
+  uint64_t offset = 0;  // of the queried pointer within the file
+};
+
+class SharedMappings {
+ public:
+  // A snapshot of this process's shared /dev/shm mappings (parsed from /proc/self/maps).
+  static SharedMappings snapshot();
+  // Parses text in /proc/<pid>/maps format; for tests.
+  static SharedMappings parse(const std::string& maps_text);
+
+  // Where [p, p + n) lives, if the whole range is inside one shared mapping of one named file
+  // (adjacent mappings of the same file at consecutive offsets count as one). Unlinked files
+  // ("(deleted)") and files outside /dev/shm are not shareable by name.
+  std::optional<SharedLocation> find(const void* p, std::size_t n) const;
+
+  // find(), then checked against the file itself: the name must still mean the mapped file (same
+  // inode) and the file must hold the whole range; `extent` is clamped to the file's size, which
+  // is what a worker maps.
+  std::optional<SharedLocation> locate(const void* p, std::size_t n) const;
+
+  std::size_t size() const { return ranges_.size(); }
+
+ private:
+  struct Range {
+    uintptr_t begin, end;
+    uint64_t file_offset;
+    uint64_t inode;
+    std::string name;
+  };
+  std::vector<Range> ranges_;  // sorted by begin, adjacent pieces merged
+};
+
+}  // namespace wt::ipc
