@@ -101,7 +101,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   CLI::App app{"wt ipc throughput benchmark"};
   double gib = 1;
-  int rounds = 9, warmup = 6, tensor_mib = 8;
+  int rounds = 11, warmup = 12, tensor_mib = 8;
   unsigned load_threads = 0;
   std::string wt_path, only;
   app.add_option("--gib", gib, "Model size in GiB")->capture_default_str();
@@ -150,20 +150,23 @@ int main(int argc, char** argv) {
     bool packed;
     int64_t buffer;
     int buffers;
+    unsigned receiver_threads;  // 0: --load-threads
   };
-  const Case cases[] = {{"unpacked, weights in /dev/shm (in place)", true, false, 0, 0},
-                        {"unpacked, private weights (copied)", false, false, 0, 0},
-                        {"packed, 2 x 256 MiB buffers", false, true, 256 << 20, 2},
-                        {"packed, 2 x 64 MiB buffers", false, true, 64 << 20, 2},
-                        {"packed, 4 x 64 MiB buffers", false, true, 64 << 20, 4},
-                        {"packed, 4 x 32 MiB buffers", false, true, 32 << 20, 4}};
+  const Case cases[] = {{"unpacked, weights in /dev/shm (in place)", true, false, 0, 0, 0},
+                        {"  same, receiver copying with 1 thread", true, false, 0, 0, 1},
+                        {"unpacked, private weights (copied)", false, false, 0, 0, 0},
+                        {"packed, 2 x 256 MiB buffers", false, true, 256 << 20, 2, 0},
+                        {"packed, 2 x 64 MiB buffers", false, true, 64 << 20, 2, 0},
+                        {"packed, 4 x 64 MiB buffers", false, true, 64 << 20, 4, 0},
+                        {"packed, 4 x 32 MiB buffers", false, true, 32 << 20, 4, 0}};
   double best_copy = 0, in_place = 0;
   bool banner_printed = false;
   for (const auto& c : cases) {
     if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
     BlockSource& source = c.in_shm ? shm_source : private_source;
     auto [server, url] = wt::cli::start_server(
-        wt_path, {"--backend", "ipc", "--load-threads", std::to_string(load_threads)});
+        wt_path, {"--backend", "ipc", "--load-threads",
+                  std::to_string(c.receiver_threads ? c.receiver_threads : load_threads)});
     if (!banner_printed) {
       banner_printed = true;
       const auto& banner = server->output();  // "... device cpu, N load thread(s))"

@@ -1,5 +1,6 @@
-// The receiver's multi-threaded copy: every byte lands where it belongs, whatever the split.
-#include "parallel_copy.hpp"
+// The multi-threaded copy of the receiver and of ipc packing: every byte lands where it belongs,
+// whatever the split.
+#include <wt/parallel_copy.hpp>
 
 #include <gtest/gtest.h>
 
@@ -7,7 +8,7 @@
 #include <random>
 #include <vector>
 
-namespace wt::detail {
+namespace wt {
 namespace {
 
 TEST(ParallelCopy, EveryThreadCountCopiesEveryByteOfOddSizedBuffers) {
@@ -48,4 +49,4 @@ TEST(ParallelCopy, SmallBatchAndEmptyBatch) {
 }
 
 }  // namespace
-}  // namespace wt::detail
+}  // namespace wt

@@ -4,8 +4,7 @@
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
 #include <wt/log.hpp>
-
-#include "parallel_copy.hpp"
+#include <wt/parallel_copy.hpp>
 
 #include <fmt/format.h>
 
@@ -58,7 +57,7 @@ std::unique_ptr<unsigned char, Receiver::Tensor::Unmap> allocate(std::size_t nby
 Receiver::Receiver(Options options)
     : options_(std::move(options)),
       load_threads_(options_.load_threads > 0 ? options_.load_threads
-                                              : detail::default_copy_threads()) {
+                                              : default_copy_threads()) {
   if (options_.backend.empty())
     throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
 }
@@ -131,7 +130,7 @@ void Receiver::update_weights(const nlohmann::json& update_info) {
 
 uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
   uint64_t total = 0;
-  std::vector<detail::CopyJob> host_copies;
+  std::vector<CopyJob> host_copies;
   std::set<std::string_view> names;
   bool repeated = false;  // a name twice in one batch: copy in order, so the last one wins
   for (const auto& t : tensors) {
@@ -169,7 +168,7 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
     total += nbytes;
   }
   // The slots stay alive until the copies are done: replaced ones wait in spare_.
-  detail::parallel_copy(host_copies, repeated ? 1 : load_threads_);
+  parallel_copy(host_copies, repeated ? 1 : load_threads_);
   return total;
 }
 

@@ -4,6 +4,8 @@
 //   packed_buffer_size_bytes  int, default 1 GiB: the size of each buffer
 //   packed_num_buffers        int, default 2: buffers in rotation, so packing the next buffer
 //                             overlaps the worker loading the previous one
+//   copy_threads              int, default 0 (one per core, at most 8): threads that copy host
+//                             tensors into a packed buffer
 // Only `packed` travels to the worker; the rest is the trainer's business.
 #pragma once
 
@@ -16,12 +18,14 @@ struct IpcInitInfo final : sdk::InitInfoBase {
   bool packed = false;
   int64_t packed_buffer_size_bytes = int64_t{1} << 30;
   int64_t packed_num_buffers = 2;
+  int64_t copy_threads = 0;
 
   nlohmann::json to_json() const override {
     return {{"rank", rank_},
             {"packed", packed},
             {"packed_buffer_size_bytes", packed_buffer_size_bytes},
-            {"packed_num_buffers", packed_num_buffers}};
+            {"packed_num_buffers", packed_num_buffers},
+            {"copy_threads", copy_threads}};
   }
   int64_t rank() const override { return rank_; }
   // What the sender ships through init_weight_transfer_engine.
@@ -35,6 +39,7 @@ struct IpcInitInfo final : sdk::InitInfoBase {
     info->packed_buffer_size_bytes =
         r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
     info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
+    info->copy_threads = r.opt_int("copy_threads", 0);
     r.finish();
     if (info->rank_ < 0)
       sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0", r.what());
@@ -43,6 +48,9 @@ struct IpcInitInfo final : sdk::InitInfoBase {
                 r.what());
     if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
       sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be in 1..64",
+                r.what());
+    if (info->copy_threads < 0 || info->copy_threads > 256)
+      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'copy_threads' must be in 0..256",
                 r.what());
     return info;
   }

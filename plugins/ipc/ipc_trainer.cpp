@@ -67,7 +67,9 @@ IpcTrainer::IpcTrainer(const wt_host_api* host, const IpcInitInfo& info, sdk::Cl
       client_(client),
       source_(source),
       group_(group),
-      sender_(info.is_sender()) {
+      sender_(info.is_sender()),
+      copy_threads_(info.copy_threads > 0 ? static_cast<unsigned>(info.copy_threads)
+                                          : default_copy_threads()) {
   if (!source_.valid())
     fail(WT_ERR_INVALID_ARGUMENT,
          "the ipc backend requires a weight source, and trainer_init got none");
@@ -274,10 +276,12 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
     Buffer& b = buffer_for(static_cast<std::size_t>(sent_ % n_buffers), it.cuda_device);
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     auto c0 = std::chrono::steady_clock::now();
-    if (it.cuda_device < 0)
-      copy_to_contiguous(b.data() + chunk.used, t.tensor, it.nbytes);
-    else
+    if (it.cuda_device >= 0)
       cuda::copy(b.data() + chunk.used, src, it.nbytes);
+    else if (is_compact(t.tensor))
+      chunk.host_copies.push_back({b.data() + chunk.used, src, it.nbytes});  // valid until end()
+    else
+      copy_to_contiguous(b.data() + chunk.used, t.tensor, it.nbytes);
     pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     chunk.used += it.nbytes;
     chunk.sizes.push_back(it.nbytes);
@@ -289,6 +293,9 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
 
 void IpcTrainer::flush(Chunk& chunk, std::size_t index) {
   Buffer& b = buffers_.at(index);
+  auto c0 = std::chrono::steady_clock::now();
+  parallel_copy(chunk.host_copies, copy_threads_);
+  pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   if (b.cuda_device >= 0) cuda::synchronize(b.cuda_device);
   // Up to buffers - 1 updates in flight, so the workers never wait for the next request; the
   // count is the same on every rank, so their collectives line up.

@@ -7,6 +7,7 @@
 #include "shared_mappings.hpp"
 #include "shm_segment.hpp"
 
+#include <wt/parallel_copy.hpp>
 #include <wt/sdk/plugin.hpp>
 
 #include <atomic>
@@ -38,6 +39,7 @@ class IpcTrainer final : public sdk::TrainerBase {
     int cuda_device = -1;
     std::vector<ParamMeta> params;
     std::vector<uint64_t> sizes;
+    std::vector<CopyJob> host_copies;  // contiguous host tensors, copied together at flush
     uint64_t used = 0;
   };
 
@@ -60,6 +62,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   sdk::SourceRef source_;
   sdk::GroupRef group_;
   bool sender_;
+  unsigned copy_threads_;
   std::atomic<bool> aborted_{false};
 
   std::vector<Buffer> buffers_;                      // packed mode, by index
