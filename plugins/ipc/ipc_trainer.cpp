@@ -180,6 +180,7 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
   std::map<std::string, ShmSegment> kept;
   std::set<std::string> seen;
   std::optional<SharedMappings> shared;  // read once per round, at the first host tensor
+  std::vector<CopyJob> host_copies;      // contiguous tensors into their segments, done together
   std::vector<int> devices;
   wt_tensor t{};
   while (pass.next(&t)) {
@@ -209,7 +210,10 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
                 ? std::move(found->second)
                 : ShmSegment::create(it.nbytes);
         if (found != by_name_.end()) by_name_.erase(found);
-        copy_to_contiguous(seg.data(), t.tensor, it.nbytes);
+        if (is_compact(t.tensor))
+          host_copies.push_back({seg.data(), src, it.nbytes});  // the mapping outlives the move
+        else
+          copy_to_contiguous(seg.data(), t.tensor, it.nbytes);
         h = Handle{"shm", seg.name(), "", seg.size(), 0};
         kept.emplace(it.meta.name, std::move(seg));
       }
@@ -217,6 +221,9 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
     mine.push_back({{key_for(it.cuda_device), h.to_json()}});
     params.push_back(std::move(it.meta));
   }
+  auto c0 = std::chrono::steady_clock::now();
+  parallel_copy(host_copies, copy_threads_);
+  pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   by_name_ = std::move(kept);  // segments of tensors that left the model are dropped here
   for (int d : devices) cuda::synchronize(d);  // the producer's kernels are done before export
   auto merged = gather_and_merge(mine, params);
