@@ -506,5 +506,28 @@ TEST(IpcInPlace, StridedOrPackedTensorsInDevShmAreStillCopied) {
   }
 }
 
+TEST(IpcInPlace, AnUpdateNamingBytesPastTheEndOfAShrunkFileIsRefusedNotFaulted) {
+  Receiver receiver("ipc");
+  InProcessClient inproc(receiver);
+  test::RecordingClient client(&inproc);
+  test::VectorSource host;
+  host.add("a", kF32, {1024}, 1);
+  host.add("b", kF32, {65536}, 2);
+  test::ShmFileSource source(host);
+  auto engine = trainer_init(ipc_info(0, false), client, &source);
+  engine->send_weights();  // the worker now maps the whole file
+  auto stale = json::parse(client.calls()[2].payload);
+  auto before = receiver.checksums();
+  // The owner shrinks its file; an update still naming 'b' past the new end must not make the
+  // worker touch those bytes (which would raise SIGBUS).
+  int fd = shm_open(source.name().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  receiver.start_weight_update();
+  EXPECT_THAT(receiver_error(receiver, stale), HasSubstr("holds 4096 bytes, but the handle says"));
+  EXPECT_EQ(receiver.checksums(), before);
+}
+
 }  // namespace
 }  // namespace wt

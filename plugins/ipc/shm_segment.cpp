@@ -133,7 +133,9 @@ bool ShmSegment::is_current() const {
   int fd = shm_open(name_.c_str(), O_RDONLY, 0);
   if (fd < 0) return true;
   struct stat st {};
-  bool same = fstat(fd, &st) != 0 || st.st_ino == inode_;
+  // A file shrunk under the mapping would fault (SIGBUS) on the bytes past its end.
+  bool same =
+      fstat(fd, &st) != 0 || (st.st_ino == inode_ && static_cast<std::size_t>(st.st_size) >= size_);
   close(fd);
   return same;
 }

@@ -33,8 +33,9 @@ class ShmSegment {
   // Removes the name from /dev/shm; the mapping stays valid. Idempotent.
   void unlink();
   // For an opened segment: false when its name now refers to another file (its owner replaced
-  // it), so a cached mapping must be redone. A name that is gone keeps the mapping current: wt
-  // unlinks its segments' names as soon as every worker has mapped them.
+  // it) or the file became shorter than the mapping, so a cached mapping must be redone. A name
+  // that is gone keeps the mapping current: wt unlinks its segments' names as soon as every worker
+  // has mapped them.
   bool is_current() const;
 
  private:
