@@ -13,6 +13,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 using nlohmann::json;
 using ::testing::HasSubstr;
 
@@ -56,6 +58,26 @@ TEST(IpcTrainer, RequiresAWeightSource) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
     EXPECT_THAT(e.what(), HasSubstr("requires a weight source"));
+  }
+  EXPECT_TRUE(client.calls().empty());
+}
+
+TEST(IpcTrainer, InitInfoRangesAreCheckedAndNamed) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  source.add("w", kF32, {4}, 1);
+  for (auto [key, value, part] :
+       {std::tuple<const char*, int, const char*>{"copy_threads", -1, "'copy_threads' must be in"},
+        {"packed_num_buffers", 0, "'packed_num_buffers' must be in 1..64"},
+        {"packed_buffer_size_bytes", 0, "'packed_buffer_size_bytes' must be > 0"}}) {
+    json fields = {{"backend", "ipc"}, {"rank", 0}, {"packed", true}, {key, value}};
+    try {
+      trainer_init(InitInfo::from_object(fields), client, &source);
+      ADD_FAILURE() << key;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+      EXPECT_THAT(e.what(), HasSubstr(part));
+    }
   }
   EXPECT_TRUE(client.calls().empty());
 }
@@ -172,6 +194,31 @@ TEST_P(IpcSync, ByteExactOverSeveralRoundsAndNoSegmentLeft) {
 
 INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcSync, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
+
+// Batches above 32 MiB are copied by several threads on both sides; odd tensor sizes put the
+// threads' boundaries inside tensors.
+TEST(IpcSync, ManyThreadCopiesOnBothSidesAreByteExact) {
+  Receiver::Options ro;
+  ro.backend = "ipc";
+  ro.load_threads = 3;
+  Receiver receiver(ro);
+  InProcessClient client(receiver);
+  test::VectorSource source;
+  for (int i = 0; i < 6; ++i) source.add("w" + std::to_string(i), kBF16, {1531, 1999 + i}, i);
+  for (bool packed : {false, true}) {
+    json fields = {{"backend", "ipc"},
+                   {"rank", 0},
+                   {"packed", packed},
+                   {"packed_buffer_size_bytes", 48 << 20},
+                   {"copy_threads", 3}};
+    auto engine = trainer_init(InitInfo::from_object(fields), client, &source);
+    for (int round = 0; round < 2; ++round) {
+      engine->send_weights();
+      expect_same_bytes(source, receiver);
+      source.perturb(static_cast<uint32_t>(round + (packed ? 10 : 0)));
+    }
+  }
+}
 
 TEST(IpcSync, StridedHostTensorArrivesContiguous) {
   Receiver receiver("ipc");
