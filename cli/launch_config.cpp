@@ -134,6 +134,7 @@ LaunchConfig load_launch_config(const std::string& path) {
     if (c.trainer_ranks < 1 || c.trainer_ranks > 64)
       t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
     c.group_timeout_s = t.scalar<double>("group_timeout_s", "a number", 60);
+    c.weights_in_shared_memory = t.scalar<bool>("weights_in_shared_memory", "true or false", false);
     t.finish();
   }
   if (!top.has("source")) top.fail(root, "missing key 'source' (generate: or safetensors:)");

@@ -22,6 +22,8 @@ struct LaunchConfig {
 
   int trainer_ranks = 1;
   double group_timeout_s = 60;
+  // Each trainer process reads the checkpoint into /dev/shm instead of mapping it copy-on-write.
+  bool weights_in_shared_memory = false;
 
   // Source: exactly one of these.
   std::vector<std::string> safetensors;

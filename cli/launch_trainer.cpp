@@ -86,7 +86,10 @@ void perturb(SafetensorsSource& s, double fraction, uint64_t seed) {
 int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
   try {
     for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
-    SafetensorsSource checkpoint(args.checkpoint_files);
+    SafetensorsSource checkpoint(args.checkpoint_files,
+                                 cfg.weights_in_shared_memory
+                                     ? SafetensorsSource::Memory::shared
+                                     : SafetensorsSource::Memory::private_copy_on_write);
     ProgressSource source(checkpoint, args.rank == 0);
     HttpClient::Options hopts;
     hopts.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.receiver_timeout_s * 1000));

@@ -98,6 +98,9 @@ INSTANTIATE_TEST_SUITE_P(
                   ":3:1: unknown key 'rounds_'"},
         BadConfig{"wrong_type", std::string(kGood) + "rounds: three\n",
                   ":3:9: 'rounds' must be an integer, got 'three'"},
+        BadConfig{"shared_memory_type",
+                  std::string(kGood) + "trainer:\n  weights_in_shared_memory: maybe\n",
+                  ":4:29: 'trainer.weights_in_shared_memory' must be true or false, got 'maybe'"},
         BadConfig{"nested_unknown", std::string(kGood) + "receiver:\n  embeded: true\n",
                   ":4:3: unknown key 'receiver.embeded'"},
         BadConfig{

@@ -4,6 +4,8 @@
 #include <wt/safetensors.hpp>
 #include <wt/wt.hpp>
 
+#include "support/shm.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -67,6 +69,38 @@ TEST(Safetensors, GeneratedLayoutLoadsInLayerOrderZeroCopy) {
     ASSERT_TRUE(std::equal(s.bytes(i).begin(), s.bytes(i).end(), s2.bytes(i).begin())) << i;
   fs::remove_all(dir);
   fs::remove_all(dir2);
+}
+
+TEST(Safetensors, SharedMemoryHoldsTheSameBytesInWtSegmentsRemovedWithTheSource) {
+  auto dir = temp_dir("shm");
+  auto layout = model_layout("tiny", {kDLBfloat, 16, 1});
+  write_synthetic_checkpoint(dir.string(), layout, 5, 2);
+  SafetensorsSource mapped({dir.string()});
+  const auto before = test::wt_segments_of();
+  {
+    SafetensorsSource shared({dir.string()}, SafetensorsSource::Memory::shared);
+    EXPECT_EQ(test::wt_segments_of().size(), before.size() + 2) << "one segment per file";
+    ASSERT_EQ(shared.size(), mapped.size());
+    for (std::size_t i = 0; i < shared.size(); ++i)
+      ASSERT_TRUE(
+          std::equal(shared.bytes(i).begin(), shared.bytes(i).end(), mapped.bytes(i).begin()))
+          << i;
+    // Writes (a training step) go to the segment, not to the file.
+    shared.bytes(0)[0] ^= 0xff;
+    EXPECT_NE(shared.bytes(0)[0], mapped.bytes(0)[0]);
+  }
+  EXPECT_EQ(test::wt_segments_of(), before);
+  // A file that fails validation leaves no segment behind either.
+  auto bad =
+      write_file(dir, R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 99]}})", 16);
+  try {
+    SafetensorsSource s({bad}, SafetensorsSource::Memory::shared);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("outside the data section"));
+  }
+  EXPECT_EQ(test::wt_segments_of(), before);
+  fs::remove_all(dir);
 }
 
 TEST(Safetensors, QwenLayoutIsHalfABillionParameters) {

@@ -2,6 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/shm_names.hpp>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -47,6 +48,9 @@ std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>&
 }
 
 SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths)
+    : SafetensorsSource(paths, Memory::private_copy_on_write) {}
+
+SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths, Memory memory)
     : files_(expand_checkpoint_paths(paths)) {
   std::set<std::string> names;
   try {
@@ -62,11 +66,17 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths)
         ::close(fd);
         bad(file, fmt::format("{} bytes is too short for a safetensors file", size));
       }
-      void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-      ::close(fd);
-      if (addr == MAP_FAILED)
-        throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot map: {}", file, std::strerror(errno)));
-      maps_.push_back({addr, size});
+      if (memory == Memory::shared) {
+        maps_.push_back(load_into_shared_memory(fd, file, size));
+        ::close(fd);
+      } else {
+        void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        ::close(fd);
+        if (addr == MAP_FAILED)
+          throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot map: {}", file, std::strerror(errno)));
+        maps_.push_back({addr, size, {}});
+      }
+      void* addr = maps_.back().addr;
       auto* base = static_cast<unsigned char*>(addr);
       uint64_t header_len = 0;
       std::memcpy(&header_len, base, 8);  // little-endian on every platform wt supports
@@ -141,13 +151,56 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths)
       }
     }
   } catch (...) {
-    for (auto& m : maps_) munmap(m.addr, m.size);
+    release();
     throw;
   }
 }
 
 SafetensorsSource::~SafetensorsSource() {
-  for (auto& m : maps_) munmap(m.addr, m.size);
+  release();
+}
+
+void SafetensorsSource::release() {
+  for (auto& m : maps_) {
+    munmap(m.addr, m.size);
+    if (!m.shm_name.empty()) shm_unlink(m.shm_name.c_str());
+  }
+  maps_.clear();
+}
+
+SafetensorsSource::Mapping SafetensorsSource::load_into_shared_memory(int fd,
+                                                                      const std::string& file,
+                                                                      std::size_t size) {
+  shm::sweep_orphaned_segments();
+  Mapping m{nullptr, size, shm::new_segment_name()};
+  int sfd = shm_open(m.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (sfd < 0)
+    throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot create shared-memory segment {}: {}", file,
+                                           m.shm_name, std::strerror(errno)));
+  void* addr = MAP_FAILED;
+  if (ftruncate(sfd, static_cast<off_t>(size)) == 0)
+    addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+  const int err = errno;
+  ::close(sfd);
+  if (addr == MAP_FAILED) {
+    shm_unlink(m.shm_name.c_str());
+    throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot allocate {} bytes of shared memory: {}",
+                                           file, size, std::strerror(err)));
+  }
+  m.addr = addr;
+  auto* dst = static_cast<unsigned char*>(addr);
+  for (std::size_t done = 0; done < size;) {
+    ssize_t n = pread(fd, dst + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "unexpected end of file";
+      munmap(addr, size);
+      shm_unlink(m.shm_name.c_str());
+      throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot read: {}", file, why));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return m;
 }
 
 bool SafetensorsSource::next(wt_tensor& out) {

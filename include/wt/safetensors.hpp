@@ -3,8 +3,11 @@
 // offsets in bounds and non-overlapping, known dtypes, shapes that match byte sizes, names unique
 // across files. Every error names the file and the tensor.
 //
-// The mapping is private and writable (copy on write), so a simulated training step can modify
-// weights in place without touching the files; untouched pages stay shared with the page cache.
+// By default the mapping is private and writable (copy on write), so a simulated training step can
+// modify weights in place without touching the files; untouched pages stay shared with the page
+// cache. Memory::shared reads each file into a wt shared-memory segment in /dev/shm instead (a
+// trainer whose weights live there: the ipc backend exports them in place, without a copy); the
+// segments are removed when the source goes, or by the next wt process if this one is killed.
 #pragma once
 
 #include <wt/weight_source.hpp>
@@ -18,8 +21,10 @@ namespace wt {
 
 class SafetensorsSource : public WeightSource {
  public:
+  enum class Memory { private_copy_on_write, shared };
   // Files in the given order; a directory means its *.safetensors files sorted by name.
   explicit SafetensorsSource(const std::vector<std::string>& paths);
+  SafetensorsSource(const std::vector<std::string>& paths, Memory memory);
   ~SafetensorsSource() override;
   SafetensorsSource(const SafetensorsSource&) = delete;
   SafetensorsSource& operator=(const SafetensorsSource&) = delete;
@@ -40,7 +45,10 @@ class SafetensorsSource : public WeightSource {
   struct Mapping {
     void* addr = nullptr;
     std::size_t size = 0;
+    std::string shm_name;  // Memory::shared: the segment, unlinked with the source
   };
+  static Mapping load_into_shared_memory(int fd, const std::string& file, std::size_t size);
+  void release();
   struct Entry {
     unsigned char* data;
     uint64_t nbytes;

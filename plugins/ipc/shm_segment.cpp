@@ -1,59 +1,19 @@
 #include "shm_segment.hpp"
 
 #include <wt/sdk/errors.hpp>
+#include <wt/shm_names.hpp>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace wt::ipc {
 namespace {
-
-constexpr const char* kPrefix = "wt-";
-
-// Field 22 of /proc/<pid>/stat: the process start time, which tells a reused pid apart.
-std::string process_start_time(long pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(f, line)) return "";
-  auto close = line.rfind(')');  // the command name may contain spaces
-  if (close == std::string::npos) return "";
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && (rest >> field); ++i) {
-    if (i == 22) return field;
-  }
-  return "";
-}
-
-std::string random_hex(std::size_t bytes) {
-  std::string raw(bytes, '\0');
-  std::size_t got = 0;
-  while (got < bytes) {
-    ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      sdk::fail(WT_ERR_SYSTEM, "getrandom failed: {}", std::strerror(errno));
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
-}
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -63,10 +23,8 @@ std::string errno_text() {
 
 ShmSegment ShmSegment::create(std::size_t size) {
   if (size == 0) size = 1;
-  static const std::string self_start = process_start_time(getpid());
   ShmSegment s;
-  s.name_ = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + self_start + "-" +
-            random_hex(16);
+  s.name_ = shm::new_segment_name();
   int fd = shm_open(s.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) sdk::fail(WT_ERR_SYSTEM, "shm_open({}) failed: {}", s.name_, errno_text());
   s.owner_ = true;
@@ -176,38 +134,6 @@ void ShmSegment::unlink() {
     shm_unlink(name_.c_str());
     unlinked_ = true;
   }
-}
-
-bool segment_creator_dead(const std::string& name) {
-  // name: [/]wt-<pid>-<starttime>-<hex>
-  std::string n = name[0] == '/' ? name.substr(1) : name;
-  if (n.compare(0, std::strlen(kPrefix), kPrefix) != 0) return false;
-  std::istringstream parts(n.substr(std::strlen(kPrefix)));
-  std::string pid_text, start;
-  if (!std::getline(parts, pid_text, '-') || !std::getline(parts, start, '-')) return false;
-  long pid = std::strtol(pid_text.c_str(), nullptr, 10);
-  if (pid <= 0) return false;
-  std::string now = process_start_time(pid);
-  return now.empty() || now != start;
-}
-
-std::vector<std::string> list_wt_segments() {
-  std::vector<std::string> out;
-  DIR* d = opendir("/dev/shm");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, kPrefix, std::strlen(kPrefix)) == 0) out.emplace_back(e->d_name);
-  }
-  closedir(d);
-  return out;
-}
-
-int sweep_orphaned_segments() {
-  int removed = 0;
-  for (const auto& n : list_wt_segments()) {
-    if (segment_creator_dead(n) && shm_unlink(("/" + n).c_str()) == 0) ++removed;
-  }
-  return removed;
 }
 
 }  // namespace wt::ipc

@@ -1,9 +1,9 @@
-// POSIX shared-memory segments for host-memory tensors.
-//
-// Names are /wt-<pid>-<starttime>-<128 random bits>: unguessable, and they identify the creating
-// process, so a segment whose creator died (SIGKILL) can be recognised and removed by any later
-// wt process on the host (sweep_orphaned_segments). Segments are created 0600 with O_EXCL.
+// POSIX shared-memory segments for host-memory tensors. Segments are created 0600 with O_EXCL,
+// named by <wt/shm_names.hpp> (unguessable, and naming the creating process, so any later wt
+// process on the host can remove the segments of a creator that died: sweep_orphaned_segments).
 #pragma once
+
+#include <wt/shm_names.hpp>
 
 #include <cstddef>
 #include <string>
@@ -49,13 +49,9 @@ class ShmSegment {
   unsigned long inode_ = 0;  // of the file opened (open() only)
 };
 
-// True when `name` is a wt segment whose creating process no longer exists.
-bool segment_creator_dead(const std::string& name);
-
-// Unlinks every wt segment in /dev/shm whose creator is dead. Returns how many were removed.
-int sweep_orphaned_segments();
-
-// The wt segments currently in /dev/shm (names without the leading '/'), for tests and tools.
-std::vector<std::string> list_wt_segments();
+// Naming, the dead-creator test and the sweep live in <wt/shm_names.hpp>.
+using shm::list_wt_segments;
+using shm::segment_creator_dead;
+using shm::sweep_orphaned_segments;
 
 }  // namespace wt::ipc
