@@ -133,6 +133,8 @@ void IpcTrainer::release_all() {
 void IpcTrainer::round(const wt_send_args& args) {
   sent_ = completed_ = 0;
   update_failed_ = first_update_failed_ = false;
+  pack_s_ = wait_s_ = 0;
+  exported_in_place_ = 0;
   bool started = false;
   auto pass = source_.begin();  // source.end() runs when the pass goes: after finish
   try {
@@ -170,8 +172,6 @@ void IpcTrainer::round(const wt_send_args& args) {
       "round: packing {:.3f} s, waiting for the worker {:.3f} s, {} update(s), {} tensor(s) "
       "exported in place",
       pack_s_, wait_s_, sent_, exported_in_place_);
-  pack_s_ = wait_s_ = 0;
-  exported_in_place_ = 0;
 }
 
 void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
