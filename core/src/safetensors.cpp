@@ -2,7 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
-#include <wt/shm_names.hpp>
+#include <wt/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -172,22 +172,12 @@ SafetensorsSource::Mapping SafetensorsSource::load_into_shared_memory(int fd,
                                                                       const std::string& file,
                                                                       std::size_t size) {
   shm::sweep_orphaned_segments();
-  Mapping m{nullptr, size, shm::new_segment_name()};
-  int sfd = shm_open(m.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (sfd < 0)
-    throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot create shared-memory segment {}: {}", file,
-                                           m.shm_name, std::strerror(errno)));
-  void* addr = MAP_FAILED;
-  if (ftruncate(sfd, static_cast<off_t>(size)) == 0)
-    addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-  const int err = errno;
-  ::close(sfd);
-  if (addr == MAP_FAILED) {
-    shm_unlink(m.shm_name.c_str());
-    throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot allocate {} bytes of shared memory: {}",
-                                           file, size, std::strerror(err)));
-  }
-  m.addr = addr;
+  auto c = shm::create_segment(size);
+  if (c.addr == nullptr)
+    throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot {} a {}-byte shared-memory segment ({}): {}",
+                                           file, c.step, size, c.name, std::strerror(c.error)));
+  void* addr = c.addr;
+  Mapping m{addr, size, std::move(c.name)};
   auto* dst = static_cast<unsigned char*>(addr);
   for (std::size_t done = 0; done < size;) {
     ssize_t n = pread(fd, dst + done, size - done, static_cast<off_t>(done));

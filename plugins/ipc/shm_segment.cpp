@@ -1,7 +1,7 @@
 #include "shm_segment.hpp"
 
 #include <wt/sdk/errors.hpp>
-#include <wt/shm_names.hpp>
+#include <wt/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -23,27 +23,14 @@ std::string errno_text() {
 
 ShmSegment ShmSegment::create(std::size_t size) {
   if (size == 0) size = 1;
+  auto c = shm::create_segment(size);
+  if (c.addr == nullptr)
+    sdk::fail(WT_ERR_SYSTEM, "cannot {} shared-memory segment {} ({} bytes): {}", c.step, c.name,
+              size, std::strerror(c.error));
   ShmSegment s;
-  s.name_ = shm::new_segment_name();
-  int fd = shm_open(s.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) sdk::fail(WT_ERR_SYSTEM, "shm_open({}) failed: {}", s.name_, errno_text());
+  s.name_ = std::move(c.name);
   s.owner_ = true;
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    std::string why = errno_text();
-    close(fd);
-    shm_unlink(s.name_.c_str());
-    sdk::fail(WT_ERR_SYSTEM, "cannot size shared-memory segment {} to {} bytes: {}", s.name_, size,
-              why);
-  }
-  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (addr == MAP_FAILED) {
-    std::string why = errno_text();
-    shm_unlink(s.name_.c_str());
-    sdk::fail(WT_ERR_SYSTEM, "cannot map shared-memory segment {} ({} bytes): {}", s.name_, size,
-              why);
-  }
-  s.addr_ = addr;
+  s.addr_ = c.addr;
   s.size_ = size;
   return s;
 }

@@ -1,9 +1,9 @@
 // POSIX shared-memory segments for host-memory tensors. Segments are created 0600 with O_EXCL,
-// named by <wt/shm_names.hpp> (unguessable, and naming the creating process, so any later wt
+// named by <wt/shm_segments.hpp> (unguessable, and naming the creating process, so any later wt
 // process on the host can remove the segments of a creator that died: sweep_orphaned_segments).
 #pragma once
 
-#include <wt/shm_names.hpp>
+#include <wt/shm_segments.hpp>
 
 #include <cstddef>
 #include <string>
@@ -49,7 +49,7 @@ class ShmSegment {
   unsigned long inode_ = 0;  // of the file opened (open() only)
 };
 
-// Naming, the dead-creator test and the sweep live in <wt/shm_names.hpp>.
+// Naming, the dead-creator test and the sweep live in <wt/shm_segments.hpp>.
 using shm::list_wt_segments;
 using shm::segment_creator_dead;
 using shm::sweep_orphaned_segments;

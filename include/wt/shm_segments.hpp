@@ -1,10 +1,12 @@
-// Names of wt's POSIX shared-memory segments: /wt-<pid>-<process start time>-<128 random bits>.
-// Unguessable, and they identify the creating process, so a segment whose creator died (SIGKILL)
-// can be recognised and removed by any later wt process on the host. Header-only: the ipc plugin's
-// segments and libwt's shared-memory weights (SafetensorsSource) are named and swept alike.
+// wt's POSIX shared-memory segments: naming, creation and the sweep of dead creators' segments.
+// Names are /wt-<pid>-<process start time>-<128 random bits>: unguessable, and they identify the
+// creating process, so a segment whose creator died (SIGKILL) can be recognised and removed by any
+// later wt process on the host. Header-only: the ipc plugin's segments and libwt's shared-memory
+// weights (SafetensorsSource) are created, named and swept alike.
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -57,6 +59,34 @@ inline std::string new_segment_name() {
     name += hex[c & 15];
   }
   return name;
+}
+
+// A new segment (O_CREAT | O_EXCL, mode 0600) of `size` bytes, mapped read-write and shared. On
+// failure nothing is left behind: `addr` is null, `step` says what failed and `error` is errno.
+struct Created {
+  std::string name;
+  void* addr = nullptr;
+  const char* step = nullptr;  // "create" | "size" | "map"
+  int error = 0;
+};
+inline Created create_segment(std::size_t size) {
+  Created c{new_segment_name()};
+  int fd = shm_open(c.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return {c.name, nullptr, "create", errno};
+  void* addr = MAP_FAILED;
+  const char* step = "size";
+  if (ftruncate(fd, static_cast<off_t>(size)) == 0) {
+    step = "map";
+    addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  const int err = errno;
+  close(fd);
+  if (addr == MAP_FAILED) {
+    shm_unlink(c.name.c_str());
+    return {c.name, nullptr, step, err};
+  }
+  c.addr = addr;
+  return c;
 }
 
 // True when `name` ("[/]wt-<pid>-<start>-<hex>") is a wt segment whose creating process no longer
