@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 namespace wt::ipc {
@@ -18,7 +20,20 @@ SharedMappings SharedMappings::snapshot() {
   std::ifstream f("/proc/self/maps");
   std::stringstream text;
   text << f.rdbuf();
-  return parse(text.str());
+  SharedMappings out = parse(text.str());
+  // One stat per file, not per tensor; ranges whose name now means another file are dropped.
+  std::map<std::string, std::optional<struct stat>> files;
+  std::erase_if(out.ranges_, [&files](Range& r) {
+    auto [it, fresh] = files.try_emplace(r.name);
+    if (fresh) {
+      struct stat st {};
+      if (stat(("/dev/shm" + r.name).c_str(), &st) == 0) it->second = st;
+    }
+    if (!it->second || it->second->st_ino != r.inode || it->second->st_size <= 0) return true;
+    r.file_size = static_cast<uint64_t>(it->second->st_size);
+    return false;
+  });
+  return out;
 }
 
 SharedMappings SharedMappings::parse(const std::string& maps_text) {
@@ -65,26 +80,29 @@ SharedMappings SharedMappings::parse(const std::string& maps_text) {
   return out;
 }
 
-std::optional<SharedLocation> SharedMappings::find(const void* p, std::size_t n) const {
+const SharedMappings::Range* SharedMappings::range_of(const void* p, std::size_t n) const {
   auto addr = reinterpret_cast<uintptr_t>(p);
   auto it = std::upper_bound(ranges_.begin(), ranges_.end(), addr,
                              [](uintptr_t a, const Range& r) { return a < r.begin; });
-  if (it == ranges_.begin()) return std::nullopt;
+  if (it == ranges_.begin()) return nullptr;
   const Range& r = *std::prev(it);
-  if (addr >= r.end || n > r.end - addr) return std::nullopt;
-  return SharedLocation{r.name, r.inode, r.file_offset + (r.end - r.begin),
-                        r.file_offset + (addr - r.begin)};
+  if (addr >= r.end || n > r.end - addr) return nullptr;
+  return &r;
+}
+
+std::optional<SharedLocation> SharedMappings::find(const void* p, std::size_t n) const {
+  const Range* r = range_of(p, n);
+  if (r == nullptr) return std::nullopt;
+  return SharedLocation{r->name, r->inode, r->file_offset + (r->end - r->begin),
+                        r->file_offset + (reinterpret_cast<uintptr_t>(p) - r->begin)};
 }
 
 std::optional<SharedLocation> SharedMappings::locate(const void* p, std::size_t n) const {
+  const Range* r = range_of(p, n);
+  if (r == nullptr || r->file_size == 0) return std::nullopt;
   auto loc = find(p, n);
-  if (!loc) return std::nullopt;
-  struct stat st {};
-  if (stat(("/dev/shm" + loc->name).c_str(), &st) != 0 || st.st_ino != loc->inode)
-    return std::nullopt;
-  const auto file_size = static_cast<uint64_t>(st.st_size);
-  if (loc->offset > file_size || n > file_size - loc->offset) return std::nullopt;
-  loc->extent = std::min(loc->extent, file_size);
+  if (loc->offset > r->file_size || n > r->file_size - loc->offset) return std::nullopt;
+  loc->extent = std::min(loc->extent, r->file_size);
   return loc;
 }
 

@@ -21,7 +21,8 @@ struct SharedLocation {
 
 class SharedMappings {
  public:
-  // A snapshot of this process's shared /dev/shm mappings (parsed from /proc/self/maps).
+  // A snapshot of this process's shared /dev/shm mappings (parsed from /proc/self/maps), each
+  // file checked once: its name must still mean the mapped file (same inode).
   static SharedMappings snapshot();
   // Parses text in /proc/<pid>/maps format; for tests.
   static SharedMappings parse(const std::string& maps_text);
@@ -31,9 +32,8 @@ class SharedMappings {
   // ("(deleted)") and files outside /dev/shm are not shareable by name.
   std::optional<SharedLocation> find(const void* p, std::size_t n) const;
 
-  // find(), then checked against the file itself: the name must still mean the mapped file (same
-  // inode) and the file must hold the whole range; `extent` is clamped to the file's size, which
-  // is what a worker maps.
+  // find() in a snapshot(), and the file must hold the whole range; `extent` is clamped to the
+  // file's size, which is what a worker maps. Nothing is found in a parse()d text.
   std::optional<SharedLocation> locate(const void* p, std::size_t n) const;
 
   std::size_t size() const { return ranges_.size(); }
@@ -44,7 +44,9 @@ class SharedMappings {
     uint64_t file_offset;
     uint64_t inode;
     std::string name;
+    uint64_t file_size = 0;  // set by snapshot(): 0 means not checked against the file
   };
+  const Range* range_of(const void* p, std::size_t n) const;
   std::vector<Range> ranges_;  // sorted by begin, adjacent pieces merged
 };
 
