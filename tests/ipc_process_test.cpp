@@ -51,9 +51,12 @@ INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcProcess, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
 
 TEST(IpcProcess, WeightsInADevShmFileAreExportedInPlaceByteExact) {
-  setenv("WT_LOG_LEVEL", "debug", 1);  // the trainer's debug log counts in-place tensors
   auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
+  // Only the trainer logs at debug level (its log counts in-place tensors): a server whose output
+  // nobody reads must not fill its pipe, nor may later tests in this process inherit the level.
+  setenv("WT_LOG_LEVEL", "debug", 1);
   cli::Child trainer(trainer_args(url, {"--rounds", "4", "--weights-in-shm"}));
+  unsetenv("WT_LOG_LEVEL");
   ASSERT_EQ(trainer.wait(), 0) << trainer.output();
   EXPECT_THAT(trainer.output(), HasSubstr("1 update(s), 202 tensor(s) exported in place"));
   EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(4, 40, 64, 0));
