@@ -165,12 +165,28 @@ Run add_launch_command(CLI::App& app) {
     std::vector<std::string> errors;
     nlohmann::json init_event;
     auto round_start = std::chrono::steady_clock::now();
-    while (auto line = ranks[0]->next_line(24h)) {
+    // Rank 0 reports events as JSON lines; anything else a process prints (its log, at
+    // WT_LOG_LEVEL) is passed through to stderr. Every pipe is drained as the run goes, so a
+    // chatty rank or receiver never blocks on a full pipe.
+    auto pass_through = [](Child& c, const std::string& who) {
+      c.drain();
+      while (auto line = c.next_line(0ms))
+        if (line->empty() || (*line)[0] != '{') fmt::print(stderr, "[{}] {}\n", who, *line);
+    };
+    for (;;) {
+      for (std::size_t k = 1; k < ranks.size(); ++k)
+        pass_through(*ranks[k], fmt::format("rank {}", k));
+      if (receiver) pass_through(*receiver, "receiver");
+      auto line = ranks[0]->next_line(100ms);
+      if (!line) {
+        if (ranks[0]->at_eof()) break;
+        continue;
+      }
       nlohmann::json ev;
       try {
         ev = nlohmann::json::parse(*line);
       } catch (...) {
-        errors.push_back("rank 0: " + *line);
+        fmt::print(stderr, "[rank 0] {}\n", *line);
         continue;
       }
       const std::string kind = ev.value("event", "");
@@ -211,6 +227,7 @@ Run add_launch_command(CLI::App& app) {
     bool ranks_ok = true;
     for (std::size_t k = 0; k < ranks.size(); ++k) {
       int rc = ranks[k]->wait();
+      if (k > 0) pass_through(*ranks[k], fmt::format("rank {}", k));
       if (rc != 0) ranks_ok = false;
       if (k > 0)
         for (std::size_t pos = 0;

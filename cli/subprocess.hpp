@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <memory>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -78,6 +79,13 @@ class Child {
       if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return std::nullopt;
     }
   }
+  // Reads whatever output is ready, without waiting, so the child never blocks on a full pipe.
+  void drain() {
+    while (read_some(0)) {
+    }
+  }
+  // True once the child closed its output (it exited, or closed stdout and stderr).
+  bool at_eof() const { return eof_; }
   int fd() const { return fd_; }
   void kill(int sig) { ::kill(pid_, sig); }
   // Waits for exit (collecting the rest of the output); returns the exit code, or 128+signal.
@@ -96,13 +104,18 @@ class Child {
     if (poll(&p, 1, timeout_ms) <= 0) return false;
     char buf[4096];
     ssize_t n = read(fd_, buf, sizeof buf);
-    if (n <= 0) return false;
+    if (n < 0 && errno == EINTR) return true;
+    if (n <= 0) {
+      eof_ = true;
+      return false;
+    }
     out_.append(buf, static_cast<std::size_t>(n));
     return true;
   }
   pid_t pid_ = -1;
   int fd_ = -1;
   bool reaped_ = false;
+  bool eof_ = false;
   std::string out_;
   std::size_t consumed_ = 0;
 };
@@ -117,6 +130,8 @@ inline std::pair<std::unique_ptr<Child>, std::string> start_server(const std::st
   if (!out) throw std::runtime_error("wt serve did not start: " + c->output());
   auto pos = out->find("http://");
   auto end = out->find(' ', pos);
+  while (auto line = c->next_line(std::chrono::milliseconds(0)))  // past the banner
+    if (line->find("http://") != std::string::npos) break;
   return {std::move(c), out->substr(pos, end - pos)};
 }
 

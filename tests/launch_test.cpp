@@ -71,6 +71,25 @@ rounds: 2
   EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
 }
 
+// At debug level every process logs a line or more per round: the logs reach stderr tagged with
+// their process, are not mistaken for errors, and no process stalls on a pipe nobody reads.
+TEST(Launch, DebugLogsPassThroughAndDoNotFailTheRun) {
+  auto cfg = write_config("chatty.yaml", R"(backend: ipc
+init_info: {packed: false}
+trainer: {ranks: 2}
+source: {generate: {model: tiny, dtype: bfloat16}}
+rounds: 400
+training_step: {perturb_fraction: 0.001}
+)");
+  auto r =
+      test::run_process("WT_LOG_LEVEL=debug " + cache_env() + " " + WT_CLI_PATH + " launch " + cfg);
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(r.output.size() > 4000 ? r.output.size() - 4000 : 0);
+  EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
+  EXPECT_THAT(r.output, HasSubstr("[rank 1] "));
+  EXPECT_THAT(r.output, HasSubstr("[receiver] "));
+  EXPECT_GT(r.output.size(), std::size_t{128} << 10) << "enough output to fill a pipe";
+}
+
 struct BadConfig {
   std::string name, text, expected;
 };
