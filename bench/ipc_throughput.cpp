@@ -9,6 +9,7 @@
 //
 //   build/bin/wt_bench_ipc [--gib 1] [--rounds 5] [--tensor-mib 8] [--only packed]
 #include <wt/http_client.hpp>
+#include <wt/shm_segments.hpp>
 #include <wt/wt.hpp>
 
 #include "subprocess.hpp"
@@ -16,12 +17,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -40,13 +39,13 @@ class BlockSource : public wt::WeightSource {
       : count_(total / tensor_bytes), bytes_(tensor_bytes) {
     const std::size_t size = count_ * bytes_;
     if (in_shm) {
-      shm_name_ = fmt::format("/wt_bench-{}", getpid());
-      int fd = shm_open(shm_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0)
-        throw std::runtime_error("cannot create " + shm_name_ + ": " + std::strerror(errno));
-      void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      close(fd);
-      if (p == MAP_FAILED) throw std::runtime_error("cannot map " + shm_name_);
+      // A wt segment: removed by the next wt process if this benchmark is killed.
+      auto c = wt::shm::create_segment(size);
+      if (c.addr == nullptr)
+        throw std::runtime_error(
+            fmt::format("cannot {} {}: {}", c.step, c.name, std::strerror(c.error)));
+      shm_name_ = c.name;
+      void* p = c.addr;
       base_ = static_cast<unsigned char*>(p);
     } else {
       private_.reset(new unsigned char[size]);
