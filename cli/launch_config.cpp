@@ -60,6 +60,14 @@ class Section {
       fail(n, fmt::format("'{}' must be {}, got '{}'", key_path(key), type_name, n.Scalar()));
     }
   }
+  // A duration: finite, positive and at most a day (NaN, infinities and negatives are refused).
+  double seconds(const std::string& key, double def) {
+    double v = scalar<double>(key, "a number of seconds", def);
+    if (!(v > 0 && v <= 86400))
+      fail(node_[key], fmt::format("'{}' must be a number of seconds in (0, 86400], got '{}'",
+                                   key_path(key), node_[key].Scalar()));
+    return v;
+  }
   std::string string(const std::string& key, std::string def = "") {
     return scalar<std::string>(key, "a string", std::move(def));
   }
@@ -99,18 +107,31 @@ std::string generated_checkpoint_dir(const LaunchConfig::Generate& g) {
   return fmt::format("{}/checkpoints/{}-{}-seed{}-{}", base, g.model, g.dtype, g.seed, g.shards);
 }
 
+namespace {
+void read_config(const YAML::Node& root, LaunchConfig& c);
+}  // namespace
+
 LaunchConfig load_launch_config(const std::string& path) {
   LaunchConfig c;
   c.file = path;
-  YAML::Node root;
+  // One document, no duplicate keys, bounded nesting and aliases; a FIFO is refused.
+  YAML::Node root = load_yaml_file(path);
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw Error(WT_ERR_NOT_FOUND, fmt::format("{}: cannot read the config file", path));
-  } catch (const YAML::ParserException& e) {
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}:{}:{}: not valid YAML: {}", path,
-                                                     e.mark.line + 1, e.mark.column + 1, e.msg));
+    read_config(root, c);
+  } catch (const YAML::Exception& e) {
+    // A conversion the strict readers did not foresee ("bad conversion") still names the place.
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
+  if (c.receiver_token.empty())
+    if (const char* t = std::getenv("WT_RECEIVER_TOKEN")) c.receiver_token = t;
+  return c;
+}
+
+namespace {
+
+void read_config(const YAML::Node& root, LaunchConfig& c) {
+  const std::string& path = c.file;
   if (!root.IsDefined() || root.IsNull())
     throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: the config is empty", path));
   Section top(root, path, "");
@@ -123,7 +144,7 @@ LaunchConfig load_launch_config(const std::string& path) {
               "'init_info.rank' is set by wt launch for each trainer process; remove it");
     if (ii.node()["backend"].IsDefined())
       ii.fail(ii.node()["backend"], "'init_info.backend' belongs at the top level ('backend:')");
-    c.init_info = yaml_to_json(ii.node());
+    c.init_info = yaml_to_json(ii.node(), path);
     for (const auto& kv : ii.node())
       c.init_info_marks[kv.first.as<std::string>()] = {kv.first.Mark().line + 1,
                                                        kv.first.Mark().column + 1};
@@ -133,7 +154,7 @@ LaunchConfig load_launch_config(const std::string& path) {
     c.trainer_ranks = t.scalar<int>("ranks", "an integer", 1);
     if (c.trainer_ranks < 1 || c.trainer_ranks > 64)
       t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
-    c.group_timeout_s = t.scalar<double>("group_timeout_s", "a number", 60);
+    c.group_timeout_s = t.seconds("group_timeout_s", 60);
     c.weights_in_shared_memory = t.scalar<bool>("weights_in_shared_memory", "true or false", false);
     t.finish();
   }
@@ -172,7 +193,7 @@ LaunchConfig load_launch_config(const std::string& path) {
     if (!c.embedded_receiver && c.receiver_url.empty())
       r.fail(r.node(), "'receiver.embedded: false' needs 'receiver.url'");
     c.receiver_token = r.string("token");
-    c.receiver_timeout_s = r.scalar<double>("timeout_s", "a number", 300);
+    c.receiver_timeout_s = r.seconds("timeout_s", 300);
     c.receiver_device = r.string("device", "cpu");
     r.finish();
   }
@@ -193,10 +214,9 @@ LaunchConfig load_launch_config(const std::string& path) {
     for (const auto& x : n) c.plugin_dirs.push_back(x.as<std::string>());
   }
   top.finish();
-  if (c.receiver_token.empty())
-    if (const char* t = std::getenv("WT_RECEIVER_TOKEN")) c.receiver_token = t;
-  return c;
 }
+
+}  // namespace
 
 void validate_init_info(const LaunchConfig& cfg) {
   auto fields = cfg.init_info;

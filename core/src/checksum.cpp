@@ -18,10 +18,9 @@ std::string checksum_bytes(const void* data, std::size_t n) {
 std::string checksum_tensor(const DLTensor& t) {
   if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
     throw Error(WT_ERR_UNSUPPORTED, "checksums are computed on host tensors only");
-  uint64_t numel = 0;
-  if (!checked_numel(t.shape, t.ndim, &numel))
-    throw Error(WT_ERR_INVALID_ARGUMENT, "bad tensor shape");
-  const std::size_t nbytes = numel * element_size(t.dtype);
+  uint64_t nbytes = 0;
+  if (!checked_nbytes(t.shape, t.ndim, t.dtype, &nbytes))
+    throw Error(WT_ERR_INVALID_ARGUMENT, "bad tensor shape (negative, or too many bytes)");
   if (is_compact(t))
     return checksum_bytes(static_cast<const unsigned char*>(t.data) + t.byte_offset, nbytes);
   std::vector<unsigned char> contiguous(nbytes);

@@ -1,6 +1,7 @@
 #include <wt/http_client.hpp>
 
 #include <wt/error.hpp>
+#include <wt/json_parse.hpp>
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -11,7 +12,7 @@ namespace {
 // The server's message from an error body ({"detail": ...} from wt serve and FastAPI).
 std::string server_message(const std::string& body) {
   try {
-    auto j = nlohmann::json::parse(body);
+    auto j = parse_json(body);
     if (j.is_object() && j.contains("detail"))
       return j["detail"].is_string() ? j["detail"].get<std::string>() : j["detail"].dump();
     if (j.is_object() && j.contains("error"))
@@ -79,8 +80,8 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
     throw Error(WT_ERR_REMOTE, fmt::format("{} answered HTTP {}: {}", where, res->status,
                                            server_message(res->body)));
   try {
-    return res->body.empty() ? nlohmann::json() : nlohmann::json::parse(res->body);
-  } catch (...) {
+    return res->body.empty() ? nlohmann::json() : parse_json(res->body);
+  } catch (const JsonError&) {
     return nlohmann::json(res->body);
   }
 }
@@ -123,12 +124,24 @@ nlohmann::json HttpClient::get(const std::string& path) {
   if (res->status != 200)
     throw Error(WT_ERR_REMOTE, fmt::format("GET {}{} answered HTTP {}: {}", base_, path,
                                            res->status, server_message(res->body)));
-  return nlohmann::json::parse(res->body);
+  try {
+    return parse_json(res->body);
+  } catch (const JsonError& e) {
+    throw Error(WT_ERR_REMOTE,
+                fmt::format("GET {}{} answered with a body that is {}", base_, path, e.what()));
+  }
 }
 
 std::map<std::string, std::string> HttpClient::weight_checksums() {
   auto j = get("/weight_checksums");
-  return j.at("checksums").get<std::map<std::string, std::string>>();
+  if (!j.is_object() || !j.contains("checksums") || !j["checksums"].is_object())
+    throw Error(
+        WT_ERR_REMOTE,
+        fmt::format("GET {}/weight_checksums answered without a 'checksums' object", base_));
+  std::map<std::string, std::string> out;
+  for (auto it = j["checksums"].begin(); it != j["checksums"].end(); ++it)
+    out[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+  return out;
 }
 
 }  // namespace wt

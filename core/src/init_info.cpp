@@ -1,5 +1,6 @@
 #include <wt/init_info.hpp>
 
+#include <wt/json_parse.hpp>
 #include <wt/yaml_json.hpp>
 #include "internal.hpp"
 
@@ -37,21 +38,15 @@ InitInfo InitInfo::from_object(const nlohmann::json& object, const std::string& 
 InitInfo InitInfo::from_json(std::string_view text, const std::string& origin) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: not valid JSON: {}", origin, e.what()));
+    j = parse_json(text);
+  } catch (const JsonError& e) {
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: {}", origin, e.what()));
   }
   return from_object(j, origin);
 }
 
 InitInfo InitInfo::from_yaml(std::string_view text, const std::string& origin) {
-  YAML::Node node;
-  try {
-    node = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: not valid YAML: {}", origin, e.what()));
-  }
-  return from_object(yaml_to_json(node), origin);
+  return from_object(yaml_to_json(load_yaml(text, origin), origin), origin);
 }
 
 const ParsedInitInfo& InitInfo::parsed() const {
@@ -96,7 +91,17 @@ nlohmann::json InitInfo::to_json() const {
   if (s != WT_OK)
     throw Error(
         s, fmt::format("{}: the {} plugin could not serialise its init info", origin_, backend_));
-  auto j = nlohmann::json::parse(buf.c_str());
+  nlohmann::json j;
+  try {
+    j = parse_json(buf.c_str());
+  } catch (const JsonError& e) {
+    throw Error(WT_ERR_INTERNAL, fmt::format("{}: the {} plugin serialised its init info as {}",
+                                             origin_, backend_, e.what()));
+  }
+  if (!j.is_object())
+    throw Error(WT_ERR_INTERNAL,
+                fmt::format("{}: the {} plugin serialised its init info as a non-object", origin_,
+                            backend_));
   j["backend"] = backend_;
   return j;
 }

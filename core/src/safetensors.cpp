@@ -2,6 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/json_parse.hpp>
 #include <wt/shm_segments.hpp>
 
 #include <fcntl.h>
@@ -55,12 +56,21 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths, Memo
   std::set<std::string> names;
   try {
     for (const auto& file : files_) {
-      int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+      // Non-blocking, so a FIFO named like a checkpoint cannot stall the open; refused below.
+      int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
       if (fd < 0)
         throw Error(WT_ERR_NOT_FOUND,
                     fmt::format("{}: cannot open: {}", file, std::strerror(errno)));
       struct stat st {};
-      fstat(fd, &st);
+      if (fstat(fd, &st) != 0) {
+        const std::string why = std::strerror(errno);
+        ::close(fd);
+        throw Error(WT_ERR_SYSTEM, fmt::format("{}: cannot stat: {}", file, why));
+      }
+      if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        bad(file, "not a regular file (a FIFO, device or directory is no safetensors checkpoint)");
+      }
       auto size = static_cast<std::size_t>(st.st_size);
       if (size < 8) {
         ::close(fd);
@@ -85,8 +95,8 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths, Memo
                               header_len, size));
       nlohmann::json header;
       try {
-        header = nlohmann::json::parse(base + 8, base + 8 + header_len);
-      } catch (const std::exception& e) {
+        header = parse_json(std::string_view(reinterpret_cast<const char*>(base + 8), header_len));
+      } catch (const JsonError& e) {
         bad(file, fmt::format("header is not valid JSON: {}", e.what()));
       }
       if (!header.is_object()) bad(file, "header is not a JSON object");
@@ -101,6 +111,8 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths, Memo
         if (it.key() == "__metadata__") continue;
         const std::string& name = it.key();
         const auto& v = it.value();
+        if (name.empty() || name.find('\0') != std::string::npos)
+          bad(file, "a tensor name is empty or holds a NUL character");
         auto where = fmt::format("tensor '{}'", name);
         if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
             !v.contains("data_offsets"))
@@ -125,12 +137,14 @@ SafetensorsSource::SafetensorsSource(const std::vector<std::string>& paths, Memo
         if (b > e || e > data_size)
           bad(file, fmt::format("{}: data_offsets [{}, {}] are outside the data section ({} bytes)",
                                 where, b, e, data_size));
-        uint64_t numel = 0;
-        if (!checked_numel(m.shape.data(), static_cast<int32_t>(m.shape.size()), &numel) ||
-            numel * element_size(*dt) != e - b)
+        uint64_t nbytes = 0;
+        if (!checked_nbytes(m.shape.data(), static_cast<int32_t>(m.shape.size()), *dt, &nbytes))
+          bad(file, fmt::format("{}: shape {} of {} has more bytes than 64 bits can count", where,
+                                nlohmann::json(m.shape).dump(), v["dtype"].get<std::string>()));
+        if (nbytes != e - b)
           bad(file, fmt::format("{}: shape {} of {} needs {} bytes, but data_offsets span {}",
                                 where, nlohmann::json(m.shape).dump(),
-                                v["dtype"].get<std::string>(), numel * element_size(*dt), e - b));
+                                v["dtype"].get<std::string>(), nbytes, e - b));
         if (!names.insert(name).second)
           bad(file, where + ": the name appears in more than one file");
         found.push_back({b, e, std::move(m)});

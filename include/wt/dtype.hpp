@@ -74,4 +74,15 @@ inline bool checked_numel(const int64_t* shape, int32_t ndim, uint64_t* out) {
   return true;
 }
 
+// Bytes of a dense tensor of this shape and dtype. Returns false on negative dims, or when the
+// element count or the byte count overflows 64 bits (a [2^61+1] float64 must not pass as 8 bytes).
+inline bool checked_nbytes(const int64_t* shape, int32_t ndim, DLDataType dtype, uint64_t* out) {
+  uint64_t numel = 0;
+  if (!checked_numel(shape, ndim, &numel)) return false;
+  const uint64_t es = element_size(dtype);
+  if (es != 0 && numel > UINT64_MAX / es) return false;
+  *out = numel * es;
+  return true;
+}
+
 }  // namespace wt

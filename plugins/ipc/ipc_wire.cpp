@@ -61,13 +61,14 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
     if (!dt)
       fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names[{}]' is '{}', not a dtype wt knows",
            what, i, dtype_names[i]);
-    uint64_t numel = 0;
-    if (!checked_numel(shapes[i].data(), static_cast<int32_t>(shapes[i].size()), &numel))
+    uint64_t nbytes = 0;
+    if (!checked_nbytes(shapes[i].data(), static_cast<int32_t>(shapes[i].size()), *dt, &nbytes))
       fail(WT_ERR_INVALID_ARGUMENT,
-           "invalid {}: 'shapes[{}]' {} has a negative or overflowing dimension", what, i,
-           nlohmann::json(shapes[i]).dump());
+           "invalid {}: 'shapes[{}]' {} of {} has a negative dimension or more bytes than 64 bits "
+           "can count",
+           what, i, nlohmann::json(shapes[i]).dump(), dtype_names[i]);
     u.params.push_back({names[i], *dt, shapes[i]});
-    u.nbytes.push_back(numel * element_size(*dt));
+    u.nbytes.push_back(nbytes);
   }
   if (!r.has("ipc_handles") || r.raw("ipc_handles").is_null())
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field 'ipc_handles'", what);

@@ -3,6 +3,7 @@
 // update_info payloads are parsed.
 #pragma once
 
+#include <wt/json_parse.hpp>
 #include <wt/sdk/errors.hpp>
 
 #include <nlohmann/json.hpp>
@@ -54,9 +55,13 @@ class FieldReader {
     if (!v.is_number_integer()) type_error(key, "an integer", v);
     return v.get<int64_t>();
   }
+  // Strings cross the C ABI as NUL-terminated text, so one holding a NUL would be cut short
+  // there ("a\0x" and "a\0y" would both be "a"): refused.
   std::string get_string(const std::string& key) {
     const auto& v = raw(key);
     if (!v.is_string()) type_error(key, "a string", v);
+    if (v.get_ref<const std::string&>().find('\0') != std::string::npos)
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' holds a NUL character", what_, key);
     return v.get<std::string>();
   }
   std::vector<std::string> get_string_list(const std::string& key) {
@@ -66,6 +71,9 @@ class FieldReader {
     out.reserve(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_string()) element_error(key, i, "a string", v[i]);
+      if (v[i].get_ref<const std::string&>().find('\0') != std::string::npos)
+        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}[{}]' holds a NUL character", what_,
+             key, i);
       out.push_back(v[i].get<std::string>());
     }
     return out;
@@ -142,13 +150,14 @@ class FieldReader {
   std::set<std::string> seen_;
 };
 
-// Parses JSON text, turning syntax errors into WT_ERR_INVALID_ARGUMENT naming `what`.
+// Parses JSON text within wt's depth and size limits (<wt/json_parse.hpp>), turning every
+// failure into WT_ERR_INVALID_ARGUMENT naming `what`.
 inline nlohmann::json parse_json_text(const char* text, const std::string& what) {
   if (text == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: NULL JSON text", what);
   try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: not valid JSON ({})", what, e.what());
+    return parse_json(text);
+  } catch (const JsonError& e) {
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: {}", what, e.what());
   }
 }
 
