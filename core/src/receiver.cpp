@@ -3,6 +3,7 @@
 #include <wt/checksum.hpp>
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/json_parse.hpp>
 #include <wt/log.hpp>
 #include <wt/parallel_copy.hpp>
 
@@ -56,8 +57,7 @@ std::unique_ptr<unsigned char, Receiver::Tensor::Unmap> allocate(std::size_t nby
 
 Receiver::Receiver(Options options)
     : options_(std::move(options)),
-      load_threads_(options_.load_threads > 0 ? options_.load_threads
-                                              : default_copy_threads()) {
+      load_threads_(options_.load_threads > 0 ? options_.load_threads : default_copy_threads()) {
   if (options_.backend.empty())
     throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
 }
@@ -71,32 +71,41 @@ Receiver::Receiver(const std::string& backend)
 
 Receiver::~Receiver() = default;
 
-void Receiver::init_weight_transfer_engine(const nlohmann::json& init_info) {
-  std::lock_guard<std::mutex> l(mu_);
+void Receiver::discard_staged() {
+  for (auto& [name, t] : staged_) spare_[name] = std::move(t);
+  staged_.clear();
+}
+
+void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
+  std::lock_guard<std::mutex> l(session_mu_);
   if (!init_info.is_object())
     throw Error(WT_ERR_INVALID_ARGUMENT, "init_info must be a JSON object");
+  const std::string text = init_info.dump();
+  init_info = nullptr;  // the engine parses the text: do not keep two copies alive
   if (engine_ && active_) engine_->abort();
   active_ = false;
+  discard_staged();  // a round abandoned by a re-init must never reach a later finish
   engine_.reset();
-  engine_ = WorkerEngine::create(options_.backend, init_info.dump(), options_.device);
-  logger()->info("receiver: {} worker engine initialised with {}", options_.backend,
-                 init_info.dump());
+  engine_ = WorkerEngine::create(options_.backend, text, options_.device);
+  logger()->info("receiver: {} worker engine initialised with {}{}", options_.backend,
+                 text.substr(0, 512), text.size() > 512 ? "..." : "");
 }
 
 void Receiver::start_weight_update() {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(session_mu_);
   if (!engine_)
     throw Error(WT_ERR_STATE,
                 "weight transfer is not initialised: call init_weight_transfer_engine first");
   if (active_)
     throw Error(WT_ERR_STATE,
                 "a weight update is already active. Call finish_weight_update first.");
+  discard_staged();
   engine_->start();
   active_ = true;
 }
 
-void Receiver::update_weights(const nlohmann::json& update_info) {
-  std::lock_guard<std::mutex> l(mu_);
+void Receiver::update_weights(nlohmann::json update_info) {
+  std::lock_guard<std::mutex> l(session_mu_);
   if (!active_)
     throw Error(WT_ERR_STATE, "start_weight_update must be called before update_weights.");
   try {
@@ -110,16 +119,17 @@ void Receiver::update_weights(const nlohmann::json& update_info) {
                         update_info.size(), world_size()));
       one = &update_info[0];
     }
+    std::string text = one->dump();
+    update_info = nullptr;  // the engine parses the text: do not keep two copies alive
     const auto t0 = std::chrono::steady_clock::now();
     uint64_t loaded = 0;
-    engine_->receive(one->dump(), [&](std::span<const wt_tensor> t) { loaded += load(t); });
+    engine_->receive(text, [&](std::span<const wt_tensor> t) { loaded += load(t); });
     logger()->debug("receiver: update loaded {} bytes in {:.3f} s", loaded,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (...) {
     // vLLM's rule: a failed update ends the session; what this round staged is dropped.
     active_ = false;
-    for (auto& [name, t] : staged_) spare_[name] = std::move(t);
-    staged_.clear();
+    discard_staged();
     try {
       engine_->abort();
     } catch (...) {
@@ -141,10 +151,11 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
           WT_ERR_UNSUPPORTED,
           fmt::format("tensor '{}' arrived in device memory and this receiver has no device copy",
                       t.name));
-    uint64_t numel = 0;
-    if (!checked_numel(d.shape, d.ndim, &numel))
-      throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("tensor '{}' has a bad shape", t.name));
-    std::size_t nbytes = numel * element_size(d.dtype);
+    uint64_t nbytes = 0;
+    if (d.ndim < 0 || (d.ndim > 0 && d.shape == nullptr) ||
+        !checked_nbytes(d.shape, d.ndim, d.dtype, &nbytes))
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("tensor '{}' has a bad shape (negative, or too many bytes)", t.name));
     repeated |= !names.insert(t.name).second;
     Tensor slot;
     auto spare = spare_.find(t.name);
@@ -168,22 +179,24 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
     total += nbytes;
   }
   // The slots stay alive until the copies are done: replaced ones wait in spare_.
-  parallel_copy(host_copies, repeated ? 1 : load_threads_);
+  // Guarded: another process can truncate the shared-memory file being read (SIGBUS otherwise).
+  if (auto fault = guarded_parallel_copy(host_copies, repeated ? 1 : load_threads_))
+    throw Error(WT_ERR_SYSTEM, fault->message(tensors));
   return total;
 }
 
 void Receiver::finish_weight_update(const std::optional<std::string>& weight_version) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(session_mu_);
   if (!active_)
     throw Error(WT_ERR_STATE, "no weight update is active: call start_weight_update first.");
   active_ = false;
   try {
     engine_->finish();
   } catch (...) {
-    for (auto& [name, t] : staged_) spare_[name] = std::move(t);
-    staged_.clear();
+    discard_staged();
     throw;
   }
+  std::lock_guard<std::mutex> state(state_mu_);
   for (auto& [name, t] : staged_) {
     auto old = committed_.find(name);
     if (old != committed_.end()) spare_[name] = std::move(old->second);
@@ -195,36 +208,35 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
 }
 
 std::optional<std::string> Receiver::weight_version() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(state_mu_);
   return version_;
 }
 
 void Receiver::set_weight_version(const std::string& version) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(state_mu_);
   version_ = version;
 }
 
 bool Receiver::session_active() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return active_;
+  return active_.load();
 }
 
 std::map<std::string, std::string> Receiver::checksums() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(state_mu_);
   std::map<std::string, std::string> out;
   for (const auto& [name, t] : committed_) out[name] = checksum_bytes(t.data.get(), t.nbytes);
   return out;
 }
 
 std::vector<std::string> Receiver::names() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(state_mu_);
   std::vector<std::string> out;
   for (const auto& [name, t] : committed_) out.push_back(name);
   return out;
 }
 
 std::optional<std::vector<unsigned char>> Receiver::bytes_of(const std::string& name) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(state_mu_);
   auto it = committed_.find(name);
   if (it == committed_.end()) return std::nullopt;
   return std::vector<unsigned char>(it->second.data.get(),
@@ -232,25 +244,37 @@ std::optional<std::vector<unsigned char>> Receiver::bytes_of(const std::string& 
 }
 
 uint64_t Receiver::committed_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(state_mu_);
   uint64_t n = 0;
   for (const auto& [name, t] : committed_) n += t.nbytes;
   return n;
 }
 
 uint64_t Receiver::rounds_finished() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(state_mu_);
   return rounds_;
 }
 
+namespace {
+
+nlohmann::json parse_payload(std::string_view text, const char* what) {
+  try {
+    return parse_json(text);
+  } catch (const JsonError& e) {
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: {}", what, e.what()));
+  }
+}
+
+}  // namespace
+
 void InProcessClient::init_weight_transfer_engine(std::string_view j) {
-  r_.init_weight_transfer_engine(nlohmann::json::parse(j));
+  r_.init_weight_transfer_engine(parse_payload(j, "init_info"));
 }
 void InProcessClient::start_weight_update() {
   r_.start_weight_update();
 }
 void InProcessClient::update_weights(std::string_view j) {
-  r_.update_weights(nlohmann::json::parse(j));
+  r_.update_weights(parse_payload(j, "update_info"));
 }
 void InProcessClient::finish_weight_update(const std::optional<std::string>& v) {
   r_.finish_weight_update(v);

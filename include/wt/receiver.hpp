@@ -4,13 +4,15 @@
 //
 // Session rules (vLLM's): start while a session is active is refused; update or finish without
 // one is refused; any failed update ends the session. Weights loaded during a round are staged
-// and become visible at finish, so a failed round leaves the weights exactly as they were.
+// and become visible at finish, so a failed round leaves the weights exactly as they were; a new
+// init or start discards whatever an earlier, unfinished round staged.
 #pragma once
 
 #include <wt/engine.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -52,10 +54,12 @@ class Receiver {
   ~Receiver();
 
   // The four control-plane calls; throw wt::Error (WT_ERR_STATE for session-rule violations).
-  void init_weight_transfer_engine(const nlohmann::json& init_info);
+  // The JSON is taken by value (move it in): it is turned into the engine's text and freed before
+  // the engine parses that text, so a large payload is not held twice.
+  void init_weight_transfer_engine(nlohmann::json init_info);
   void start_weight_update();
   // One update_info object, or a list with one object per worker (this receiver is one worker).
-  void update_weights(const nlohmann::json& update_info);
+  void update_weights(nlohmann::json update_info);
   void finish_weight_update(const std::optional<std::string>& weight_version);
 
   const std::string& backend() const { return options_.backend; }
@@ -74,13 +78,19 @@ class Receiver {
 
  private:
   uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
+  void discard_staged();                              // staged tensors become spares
 
   Options options_;
   unsigned load_threads_;
-  mutable std::mutex mu_;
+  // Two locks, so that readers never wait on a transfer: session_mu_ serialises the control-plane
+  // calls (and guards engine_, staged_, spare_) for as long as the engine works; state_mu_ guards
+  // what readers see (committed_, version_, rounds_) and is only held briefly.
+  std::mutex session_mu_;
+  mutable std::mutex state_mu_;
   std::unique_ptr<WorkerEngine> engine_;
-  bool active_ = false;
-  std::map<std::string, Tensor> committed_, staged_, spare_;
+  std::atomic<bool> active_{false};
+  std::map<std::string, Tensor> staged_, spare_;
+  std::map<std::string, Tensor> committed_;
   std::optional<std::string> version_;
   uint64_t rounds_ = 0;
 };
