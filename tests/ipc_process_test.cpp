@@ -5,12 +5,14 @@
 
 #include "subprocess.hpp"
 #include "support/model.hpp"
+#include "support/process.hpp"
 #include "support/shm.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -63,6 +65,38 @@ TEST(IpcProcess, WeightsInADevShmFileAreExportedInPlaceByteExact) {
   EXPECT_EQ(HttpClient(url).get("/weight_info")["weight_version"], "step-3");
 }
 
+// unshare(1), if this host lets this user make a PID namespace with it.
+std::optional<std::string> unshare_program() {
+  for (const char* p : {"/usr/bin/unshare", "/bin/unshare"})
+    if (access(p, X_OK) == 0 &&
+        test::run_process(std::string(p) + " --pid --fork --kill-child true").exit_code == 0)
+      return p;
+  return std::nullopt;
+}
+
+// Finding 5 end to end: a trainer in another PID namespace that shares /dev/shm (a container).
+// Its pid is 1 there and means another process here (or none): the receiver's sweeps, which run
+// at every round's start and after every update, used to take its live segments for a dead
+// process's and unlink them, failing the round. Every variant syncs byte-exact.
+TEST(IpcProcessNamespaces, ATrainerInAnotherPidNamespaceSyncs) {
+  auto unshare = unshare_program();
+  if (!unshare) GTEST_SKIP() << "cannot create a PID namespace here (unshare --pid --fork)";
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
+  for (auto extra : std::vector<std::vector<std::string>>{
+           {}, {"--packed", "--buffer-bytes", "65536"}, {"--weights-in-shm"}}) {
+    std::vector<std::string> argv{
+        *unshare, "--pid",    "--fork", "--kill-child", WT_TEST_TRAINER_PATH, "--url",
+        url,      "--rounds", "3"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    cli::Child trainer(argv);
+    ASSERT_EQ(trainer.wait(), 0) << trainer.output();
+    EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(3, 40, 64, 0))
+        << (extra.empty() ? "unpacked" : extra[0]);
+    EXPECT_TRUE(test::wt_segments_of(1).empty()) << "its pid there is 1";
+    EXPECT_TRUE(test::liveness_files_of(1).empty());
+  }
+}
+
 TEST(IpcProcessGroup, HandlesMergeAtTheInitInfoSenderNotAtGroupRankZero) {
   auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc"});
   auto dir = std::filesystem::temp_directory_path() / ("wt-rdv-" + std::to_string(getpid()));
@@ -106,7 +140,10 @@ TEST(IpcProcessFaults, SigkilledTrainerLeavesNoSegmentOnceTheHostMovesOn) {
     cli::Child next(trainer_args(url, {"--rounds", "1"}));
     ASSERT_EQ(next.wait(), 0) << next.output();
     EXPECT_TRUE(test::wt_segments_of(trainer.pid()).empty()) << "attempt " << attempt;
+    EXPECT_TRUE(test::liveness_files_of(trainer.pid()).empty())
+        << "the dead trainer's liveness file, attempt " << attempt;
     EXPECT_TRUE(test::wt_segments_of(next.pid()).empty());
+    EXPECT_TRUE(test::liveness_files_of(next.pid()).empty()) << "removed at its normal exit";
   }
   EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(1, 40, 64, 0));
 }

@@ -1,6 +1,7 @@
 // The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
 // in-process client, strict update_info validation, and shared-memory hygiene.
 #include <wt/checksum.hpp>
+#include <wt/parallel_copy.hpp>
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
 
@@ -13,6 +14,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <thread>
 #include <tuple>
 
 using nlohmann::json;
@@ -496,7 +505,8 @@ TEST(IpcInPlace, TensorsInADevShmFileAreNamedByThatFileAndNotCopied) {
   for (int round = 0; round < 3; ++round) {
     engine->send_weights();
     expect_same_bytes(host, receiver);
-    EXPECT_TRUE(test::wt_segments_of().empty());
+    EXPECT_THAT(test::wt_segments_of(), ::testing::ElementsAre(source.name().substr(1)))
+        << "no segment but the source's own";
     host.perturb(static_cast<uint32_t>(round));
   }
   auto u = json::parse(client.calls()[2].payload);
@@ -550,7 +560,33 @@ TEST(IpcInPlace, StridedOrPackedTensorsInDevShmAreStillCopied) {
     const auto& h = packed ? u["ipc_handles"]["cpu"] : u["ipc_handles"][0]["cpu"];
     EXPECT_THAT(h["name"].get<std::string>(), HasSubstr("/wt-" + std::to_string(getpid()) + "-"))
         << (packed ? "packed" : "strided");
+    EXPECT_NE(h["name"], shm.name()) << (packed ? "packed" : "strided");
   }
+}
+
+// The worker maps only wt segments, so a tensor in any other /dev/shm file (another program's
+// shared memory) is copied into a wt segment, not exported in place.
+TEST(IpcInPlace, TensorsInAFileThatIsNotAWtSegmentAreCopied) {
+  Receiver receiver("ipc");
+  InProcessClient inproc(receiver);
+  test::RecordingClient client(&inproc);
+  test::VectorSource host;
+  test::fill_model(host, 2);
+  test::ShmFileSource source(host, test::ShmFileSource::File::foreign);
+  auto engine = trainer_init(ipc_info(0, false), client, &source);
+  for (int round = 0; round < 2; ++round) {
+    engine->send_weights();
+    expect_same_bytes(host, receiver);
+    host.perturb(static_cast<uint32_t>(round));
+  }
+  auto u = json::parse(client.calls()[2].payload);
+  ASSERT_EQ(u["ipc_handles"].size(), host.tensors().size());
+  for (std::size_t i = 0; i < host.tensors().size(); ++i) {
+    auto name = u["ipc_handles"][i]["cpu"]["name"].get<std::string>();
+    EXPECT_NE(name, source.name()) << i;
+    EXPECT_TRUE(shm::is_segment_name(name)) << name;
+  }
+  EXPECT_TRUE(test::wt_segments_of().empty());
 }
 
 TEST(IpcInPlace, AnUpdateNamingBytesPastTheEndOfAShrunkFileIsRefusedNotFaulted) {
@@ -574,6 +610,297 @@ TEST(IpcInPlace, AnUpdateNamingBytesPastTheEndOfAShrunkFileIsRefusedNotFaulted) 
   receiver.start_weight_update();
   EXPECT_THAT(receiver_error(receiver, stale), HasSubstr("holds 4096 bytes, but the handle says"));
   EXPECT_EQ(receiver.checksums(), before);
+}
+
+// ---- hostile updates: what a worker maps, and when it lets go of it ----
+
+// A wt segment of this process, filled with a byte pattern.
+struct TestSegment {
+  explicit TestSegment(std::size_t size, uint32_t seed = 1) : n(size) {
+    auto c = shm::create_segment(size);
+    if (c.addr == nullptr) throw std::runtime_error("cannot create a test segment");
+    name = c.name;
+    p = static_cast<unsigned char*>(c.addr);
+    std::mt19937 rng(seed);
+    for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(rng());
+  }
+  ~TestSegment() {
+    munmap(p, n);
+    shm_unlink(name.c_str());
+  }
+  std::vector<unsigned char> bytes(std::size_t offset, std::size_t count) const {
+    return {p + offset, p + offset + count};
+  }
+  std::string name;
+  unsigned char* p = nullptr;
+  std::size_t n = 0;
+};
+
+struct Piece {
+  std::string tensor, segment;
+  uint64_t nbytes, size, offset;
+};
+
+// An unpacked update of uint8 tensors, each read from the segment its handle names.
+json host_update(const std::vector<Piece>& pieces) {
+  json names = json::array(), dtypes = json::array(), shapes = json::array(),
+       handles = json::array();
+  for (const auto& p : pieces) {
+    names.push_back(p.tensor);
+    dtypes.push_back("uint8");
+    shapes.push_back(json::array({p.nbytes}));
+    handles.push_back(
+        {{"cpu", {{"kind", "shm"}, {"name", p.segment}, {"size", p.size}, {"offset", p.offset}}}});
+  }
+  return {{"names", names}, {"dtype_names", dtypes}, {"shapes", shapes}, {"ipc_handles", handles}};
+}
+
+// A wt segment name of this process that nothing uses yet.
+std::string unused_segment_name() {
+  auto name = shm::new_segment_name();
+  shm_unlink(name.c_str());
+  return name;
+}
+
+// The read-only mappings of /dev/shm<name> in this process (the worker's; the test's are rw).
+int worker_mappings_of(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line))
+    if (line.find(" r--s ") != std::string::npos && line.size() >= name.size() &&
+        line.compare(line.size() - name.size(), name.size(), name) == 0)
+      ++n;
+  return n;
+}
+
+// Finding 1: one update naming the same segment again with a growing size made the worker re-map
+// it and unmap the first mapping while an earlier tensor still pointed into it (SIGSEGV, or wrong
+// bytes committed). Every mapping handed out in an update stays until its load returned.
+TEST(IpcHostile, ASegmentNamedAgainWithAGrowingSizeKeepsEveryMappingUntilTheLoadReturned) {
+  TestSegment seg(std::size_t{1} << 20);
+  auto update = host_update({{"a", seg.name, 4096, 8192, 4096},
+                             {"b", seg.name, 65536, 131072, 65536},
+                             {"c", seg.name, 262144, std::size_t{1} << 20, 524288}});
+  auto worker = WorkerEngine::create("ipc", R"({"packed": false})");
+  const long page = sysconf(_SC_PAGESIZE);
+  for (int round = 0; round < 3; ++round) {
+    worker->start();
+    int loads = 0;
+    worker->receive(update.dump(), [&](std::span<const wt_tensor> ts) {
+      ++loads;
+      ASSERT_EQ(ts.size(), 3u);
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        const auto& piece = update["ipc_handles"][i]["cpu"];
+        const auto n = update["shapes"][i][0].get<std::size_t>();
+        auto* data = static_cast<const unsigned char*>(ts[i].tensor.data);
+        // Still mapped (mincore fails with ENOMEM on an unmapped page)...
+        auto first = reinterpret_cast<uintptr_t>(data) / page * page;
+        std::size_t span = reinterpret_cast<uintptr_t>(data) + n - first;
+        std::vector<unsigned char> residency((span + page - 1) / page);
+        if (mincore(reinterpret_cast<void*>(first), span, residency.data()) != 0) {
+          ADD_FAILURE() << ts[i].name
+                        << " points into memory unmapped before its load: " << std::strerror(errno);
+          continue;  // reading it would fault
+        }
+        // ... and holding the bytes the handle names.
+        EXPECT_EQ(std::vector<unsigned char>(data, data + n),
+                  seg.bytes(piece["offset"].get<std::size_t>(), n))
+            << ts[i].name;
+      }
+    });
+    EXPECT_EQ(loads, 1);
+    worker->finish();
+    EXPECT_EQ(worker_mappings_of(seg.name), 1)
+        << "the replaced mappings are released after the load";
+  }
+  // The same through the receiver: byte-exact.
+  Receiver receiver("ipc");
+  receiver.init_weight_transfer_engine(json{{"packed", false}});
+  receiver.start_weight_update();
+  receiver.update_weights(update);
+  receiver.finish_weight_update(std::string("v1"));
+  EXPECT_EQ(receiver.bytes_of("a"), seg.bytes(4096, 4096));
+  EXPECT_EQ(receiver.bytes_of("b"), seg.bytes(65536, 65536));
+  EXPECT_EQ(receiver.bytes_of("c"), seg.bytes(524288, 262144));
+}
+
+class IpcRefused : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    receiver_.init_weight_transfer_engine(json{{"packed", false}});
+    receiver_.start_weight_update();
+    receiver_.update_weights(host_update({{"w", good_.name, 4096, 4096, 0}}));
+    receiver_.finish_weight_update(std::string("v1"));
+    before_ = receiver_.checksums();
+  }
+  // Sends an update reading `nbytes` from `segment`; expects it refused with `part`.
+  void expect_refused(const std::string& segment, uint64_t nbytes, const std::string& part) {
+    receiver_.start_weight_update();
+    std::string err =
+        receiver_error(receiver_, host_update({{"stolen", segment, nbytes, nbytes, 0}}));
+    EXPECT_THAT(err, HasSubstr(part)) << segment;
+    EXPECT_THAT(err, HasSubstr(segment));
+    EXPECT_FALSE(receiver_.session_active());
+    EXPECT_EQ(receiver_.checksums(), before_) << "nothing of a refused update is served";
+  }
+  TestSegment good_{4096};
+  Receiver receiver_{"ipc"};
+  std::map<std::string, std::string> before_;
+};
+
+// Finding 4: any readable file in /dev/shm could be named, and its checksum was then served (a
+// read oracle). Only wt segments are mapped.
+TEST_F(IpcRefused, AFileThatIsNotAWtSegmentIsNeverRead) {
+  const std::string name = "/wt_test_secret-" + std::to_string(getpid());
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "0123456789abcdef0123456789abcdef", 32), 32);
+  close(fd);
+  expect_refused(name, 32, "is not a wt segment");
+  shm_unlink(name.c_str());
+}
+
+TEST_F(IpcRefused, ALivenessFileIsNotASegment) {
+  std::string token = shm::process_token();
+  ASSERT_FALSE(token.empty());
+  expect_refused(shm::liveness_name(std::to_string(getpid()), token), 0, "is not a wt segment");
+}
+
+TEST_F(IpcRefused, AWtSegmentOfAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "only root can give a file to another user";
+  TestSegment theirs(32);
+  ASSERT_EQ(chown(("/dev/shm" + theirs.name).c_str(), 65534, 65534), 0);
+  expect_refused(theirs.name, 32, "belongs to uid 65534, not to this process's user (uid 0)");
+}
+
+// Finding 2: a FIFO named by an update blocked the worker in open (and the receiver's lock with
+// it). Refused at once; a thread opens the FIFO's other end after a while, so a regression shows
+// as a slow refusal here instead of a hang.
+TEST_F(IpcRefused, AFifoIsRefusedWithoutBlocking) {
+  const std::string name = unused_segment_name();
+  const std::string path = "/dev/shm" + name;
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread unblocker([&] {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!done) {
+      int fd = open(path.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  expect_refused(name, 16, "is a FIFO: refused (only regular files are mapped)");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  done = true;
+  unblocker.join();
+  unlink(path.c_str());
+}
+
+TEST_F(IpcRefused, ASymbolicLinkIsRefused) {
+  const std::string name = unused_segment_name();
+  const std::string path = "/dev/shm" + name;
+  ASSERT_EQ(symlink(("/dev/shm" + good_.name).c_str(), path.c_str()), 0);
+  expect_refused(name, 16, "is a symbolic link: refused");
+  unlink(path.c_str());
+}
+
+// Finding 3, at the receiver: a segment truncated while the receiver copies out of it raised
+// SIGBUS and killed the process (8 of 8 trials). The update must fail naming the tensor, and the
+// process stay up and serve the next round. The truncation is deterministic: as a trainer does,
+// the segment's name is removed after the first round and both sides keep their mappings; then
+// the file is cut to 0 bytes, and the worker's cached mapping points past its end.
+//
+// Runs in a child process (a death test), so that a receiver that still copies unguarded fails
+// this test (killed by SIGBUS) instead of the whole test program. The copy is
+// Receiver::load's: it must use wt::guarded_parallel_copy.
+void truncated_during_the_load() {
+  Receiver::Options ro;
+  ro.backend = "ipc";
+  ro.load_threads = 4;  // 40 MiB: several threads copy; 'b' faults in one of them
+  Receiver receiver(ro);
+  receiver.init_weight_transfer_engine(json{{"packed", false}});
+  TestSegment a(std::size_t{24} << 20, 1), b(std::size_t{16} << 20, 2);
+  auto update = host_update({{"a", a.name, a.n, a.n, 0}, {"b", b.name, b.n, b.n, 0}});
+  receiver.start_weight_update();
+  receiver.update_weights(update);
+  receiver.finish_weight_update(std::string("v1"));
+  ASSERT_EQ(receiver.bytes_of("b"), b.bytes(0, b.n));
+  const auto before = receiver.checksums();
+
+  int fd = shm_open(b.name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  shm_unlink(b.name.c_str());
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+
+  receiver.start_weight_update();
+  std::string err = receiver_error(receiver, update);
+  EXPECT_THAT(err, HasSubstr("the source memory of tensor 'b' vanished during the copy "
+                             "(shared-memory file truncated?)"));
+  EXPECT_FALSE(receiver.session_active());
+  EXPECT_EQ(receiver.checksums(), before);
+  EXPECT_EQ(receiver.weight_version(), "v1");
+
+  // Alive, and the next round (from a fresh segment) goes through.
+  TestSegment b2(std::size_t{16} << 20, 3);
+  receiver.start_weight_update();
+  receiver.update_weights(host_update({{"a", a.name, a.n, a.n, 0}, {"b", b2.name, b2.n, b2.n, 0}}));
+  receiver.finish_weight_update(std::string("v2"));
+  EXPECT_EQ(receiver.bytes_of("a"), a.bytes(0, a.n));
+  EXPECT_EQ(receiver.bytes_of("b"), b2.bytes(0, b2.n));
+}
+
+// The same at the worker engine, with a load that copies as the receiver's must: the guarded copy
+// turns the fault into the load's error, which fails the update.
+TEST(IpcHostile, AGuardedLoadOfATruncatedSegmentFailsTheUpdate) {
+  TestSegment a(std::size_t{1} << 20, 1), b(std::size_t{1} << 20, 2);
+  auto update = host_update({{"a", a.name, a.n, a.n, 0}, {"b", b.name, b.n, b.n, 0}});
+  auto worker = WorkerEngine::create("ipc", R"({"packed": false})");
+  std::vector<std::vector<unsigned char>> dst;
+  auto guarded_load = [&](std::span<const wt_tensor> ts) {
+    dst.assign(ts.size(), {});
+    std::vector<CopyJob> jobs;
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      dst[i].resize(ts[i].tensor.shape[0]);
+      jobs.push_back({dst[i].data(), ts[i].tensor.data, dst[i].size()});
+    }
+    if (auto fault = guarded_parallel_copy(jobs, 2)) throw Error(WT_ERR_SYSTEM, fault->message(ts));
+  };
+  worker->start();
+  worker->receive(update.dump(), guarded_load);
+  worker->finish();
+  EXPECT_EQ(dst[1], b.bytes(0, b.n));
+  int fd = shm_open(b.name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  shm_unlink(b.name.c_str());  // the name goes, the worker's cached mapping stays in use
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  worker->start();
+  try {
+    worker->receive(update.dump(), guarded_load);
+    ADD_FAILURE() << "the update went through";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_SYSTEM);
+    EXPECT_THAT(e.what(), HasSubstr("the load callback failed: the source memory of tensor 'b' "
+                                    "vanished during the copy (shared-memory file truncated?)"));
+  }
+  worker->abort();
+}
+
+TEST(IpcHostile, ASegmentTruncatedDuringTheLoadFailsTheUpdateAndTheProcessStaysUp) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        truncated_during_the_load();
+        std::exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "")
+      << "a child killed by SIGBUS (signal 7) means Receiver::load copies out of shared memory "
+         "without wt::guarded_parallel_copy";
 }
 
 }  // namespace

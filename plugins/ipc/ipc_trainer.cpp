@@ -34,10 +34,9 @@ Item describe_tensor(const wt_tensor& t) {
     fail(WT_ERR_INVALID_ARGUMENT,
          "tensor '{}' has a dtype wt cannot name (code {}, {} bits, {} lanes)", it.meta.name,
          d.dtype.code, d.dtype.bits, d.dtype.lanes);
-  uint64_t numel = 0;
-  if (!checked_numel(d.shape, d.ndim, &numel))
-    fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has a negative or overflowing shape", it.meta.name);
-  it.nbytes = numel * element_size(d.dtype);
+  if (!checked_nbytes(d.shape, d.ndim, d.dtype, &it.nbytes))
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "tensor '{}' has a negative shape or more bytes than 64 bits can count", it.meta.name);
   if (d.data == nullptr && it.nbytes > 0)
     fail(WT_ERR_INVALID_ARGUMENT, "tensor '{}' has no data pointer", it.meta.name);
   if (d.device.device_type == kDLCUDA) {
@@ -114,6 +113,10 @@ void IpcTrainer::send_weights(const wt_send_args& args) {
         e.what());
     try {
       round(args);
+    } catch (const sdk::Error& again) {
+      give_up();
+      // Both failures: the first one names the phase that broke.
+      fail(again.code(), "{}; sending the round again failed too: {}", e.what(), again.what());
     } catch (...) {
       give_up();
       throw;
@@ -200,7 +203,7 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
       auto in_place =
           it.nbytes > 0 && is_compact(t.tensor) ? shared->locate(src, it.nbytes) : std::nullopt;
       if (in_place) {
-        // Already in a /dev/shm file: the worker maps that file; nothing is copied here.
+        // Already in a wt segment of this user: the worker maps that file; nothing is copied here.
         h = Handle{"shm", in_place->name, "", in_place->extent, in_place->offset};
         ++exported_in_place_;
       } else {

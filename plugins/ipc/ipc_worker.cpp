@@ -4,6 +4,9 @@
 
 #include <sys/mman.h>
 
+#include <set>
+#include <utility>
+
 namespace wt::ipc {
 
 using sdk::fail;
@@ -45,8 +48,14 @@ unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::
            what);
     auto it = shm_.find(h.name);
     bool first_use = used_this_round_.insert(h.name).second;
-    if (it == shm_.end() || it->second.size() < h.size || (first_use && !it->second.is_current()))
-      it = shm_.insert_or_assign(h.name, ShmSegment::open(h.name, h.size)).first;
+    if (it == shm_.end()) {
+      it = shm_.emplace(h.name, ShmSegment::open(h.name, h.size)).first;
+    } else if (it->second.size() < h.size || (first_use && !it->second.is_current())) {
+      // Tensors of this update mapped earlier may point into the old mapping: it stays mapped
+      // until the update's load has returned (receive() drops retired_ then).
+      ShmSegment fresh = ShmSegment::open(h.name, h.size);
+      retired_.push_back(std::exchange(it->second, std::move(fresh)));
+    }
     return it->second.data() + h.offset;
   }
   if (device_.device_type != kDLCUDA)
@@ -63,6 +72,11 @@ unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::
 
 void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void* load_ctx) {
   if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
+  // Mappings replaced while this update is mapped go when it is done, loaded or failed.
+  struct DropRetired {
+    std::vector<ShmSegment>& retired;
+    ~DropRetired() { retired.clear(); }
+  } drop_retired{retired_};
   UpdateInfo u = parse_update_info(update_info, packed_);
   // Resolve and map everything first: a rejected update loads nothing.
   std::vector<unsigned char*> data(u.params.size());
@@ -90,17 +104,26 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
         DLTensor{data[i], device_, static_cast<int32_t>(p.shape.size()), p.dtype, p.shape.data(),
                  nullptr, 0};
   }
+  log_.debug("update: {} tensor(s) mapped ({} host mapping(s) cached, {} replaced); loading",
+             tensors.size(), shm_.size(), retired_.size());
   if (!tensors.empty()) {
     char err[sdk::kErrCap] = {0};
     wt_status s = load(load_ctx, tensors.data(), tensors.size(), err, sizeof err);
     if (s != WT_OK) fail(s, "the load callback failed: {}", err[0] ? err : "no reason given");
   }
-  // A trainer killed mid-round cannot unlink what it created; the last user does.
+  // A trainer killed mid-round cannot unlink what it created; the last user does. Its liveness
+  // file says whether it lives (probed once per creator, not once per segment).
+  std::map<std::string, bool> creator_dead;  // by liveness token
+  std::set<std::string> unlinked;
   for (const auto& map : u.handle_maps)
     if (auto it = map.find(key_);
         it != map.end() && it->contains("name") && (*it)["name"].is_string()) {
       const auto& name = (*it)["name"].get_ref<const std::string&>();
-      if (segment_creator_dead(name)) shm_unlink(name.c_str());
+      auto parsed = shm::parse_name(name);
+      if (parsed.kind != shm::NameKind::segment || unlinked.count(name)) continue;
+      auto [dead, fresh] = creator_dead.try_emplace(parsed.token, false);
+      if (fresh) dead->second = segment_creator_dead(name);
+      if (dead->second && shm_unlink(name.c_str()) == 0) unlinked.insert(name);
     }
 }
 

@@ -1,7 +1,10 @@
 // The ipc worker engine: maps the handles an update names, validates the whole update, then
 // hands the tensors to the load callback. Host mappings are cached by segment name across
 // rounds (the trainer reuses its buffers and unlinks their names once mapped); a mapping not used
-// in a round is released at that round's finish. CUDA handles are closed at finish.
+// in a round is released at that round's finish. A mapping replaced during an update (the same
+// name again with a larger size, or a file replaced under its name) is kept until that update's
+// load has returned: tensors handed to the load may point into it. CUDA handles are closed at
+// finish. Only wt segments of this user are mapped (ShmSegment::open).
 #pragma once
 
 #include "cuda_ipc.hpp"
@@ -12,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <vector>
 
 namespace wt::ipc {
 
@@ -33,6 +37,7 @@ class IpcWorker final : public sdk::WorkerBase {
   std::string key_;  // "cpu" or this GPU's UUID
   bool active_ = false;
   std::map<std::string, ShmSegment> shm_;  // by segment name
+  std::vector<ShmSegment> retired_;        // replaced during the current update; dropped after it
   std::set<std::string> used_this_round_;
   std::map<std::string, std::unique_ptr<cuda::Imported>> cuda_;  // by handle
 };

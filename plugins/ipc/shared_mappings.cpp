@@ -1,6 +1,9 @@
 #include "shared_mappings.hpp"
 
+#include <wt/shm_segments.hpp>
+
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -21,13 +24,18 @@ SharedMappings SharedMappings::snapshot() {
   std::stringstream text;
   text << f.rdbuf();
   SharedMappings out = parse(text.str());
-  // One stat per file, not per tensor; ranges whose name now means another file are dropped.
+  // Only wt segments of this user are shared by name: a worker maps nothing else (see
+  // ShmSegment::open), so anything else is copied. One lstat per file, not per tensor; ranges
+  // whose name now means another file (or no regular file) are dropped.
   std::map<std::string, std::optional<struct stat>> files;
-  std::erase_if(out.ranges_, [&files](Range& r) {
+  const uid_t self = geteuid();
+  std::erase_if(out.ranges_, [&files, self](Range& r) {
     auto [it, fresh] = files.try_emplace(r.name);
-    if (fresh) {
+    if (fresh && shm::is_segment_name(r.name)) {
       struct stat st {};
-      if (stat(("/dev/shm" + r.name).c_str(), &st) == 0) it->second = st;
+      if (lstat((std::string(shm::kDir) + r.name).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          st.st_uid == self)
+        it->second = st;
     }
     if (!it->second || it->second->st_ino != r.inode || it->second->st_size <= 0) return true;
     r.file_size = static_cast<uint64_t>(it->second->st_size);

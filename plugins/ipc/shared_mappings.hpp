@@ -1,7 +1,9 @@
-// Host memory that is already shareable: a MAP_SHARED mapping of a file in /dev/shm (what
-// shm_open + mmap gives, and what frameworks that share tensors between processes allocate).
-// A tensor that lives in such a mapping is exported in place — the worker maps the same file —
-// instead of being copied into a wt segment first, as CUDA tensors are exported in place.
+// Host memory that is already shareable: a MAP_SHARED mapping of a wt segment in /dev/shm (what
+// shm::create_segment gives, e.g. SafetensorsSource's Memory::shared weights). A tensor that lives
+// in such a mapping is exported in place — the worker maps the same file — instead of being
+// copied into a wt segment first, as CUDA tensors are exported in place. Other files in /dev/shm
+// (another program's, or a framework's own shared memory) are not: the worker maps only wt
+// segments of its own user, so their tensors are copied.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +23,9 @@ struct SharedLocation {
 
 class SharedMappings {
  public:
-  // A snapshot of this process's shared /dev/shm mappings (parsed from /proc/self/maps), each
-  // file checked once: its name must still mean the mapped file (same inode).
+  // A snapshot of this process's shared mappings of wt segments (parsed from /proc/self/maps),
+  // each file checked once: its name must be a wt segment's, still mean the mapped file (same
+  // inode, a regular file, no symbolic link) and belong to this process's user.
   static SharedMappings snapshot();
   // Parses text in /proc/<pid>/maps format; for tests.
   static SharedMappings parse(const std::string& maps_text);

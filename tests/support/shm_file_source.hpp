@@ -1,14 +1,21 @@
 // A weight source whose tensors live in one file in /dev/shm, as a trainer that keeps its weights
 // in shared memory has them. Each pass copies the current bytes of a VectorSource into the file
 // (standing in for the optimizer step that writes them there); next() yields pointers into it.
+//
+// By default the file is a wt segment of this process (shm::create_segment, what SafetensorsSource
+// with Memory::shared makes): ipc exports its tensors in place. File::foreign makes it a file of
+// another name ("/wt_test-..."), as another program's shared memory would be: ipc must copy those.
 #pragma once
 
 #include "support/vector_source.hpp"
+
+#include <wt/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -17,15 +24,26 @@ namespace wt::test {
 
 class ShmFileSource : public WeightSource {
  public:
-  explicit ShmFileSource(VectorSource& host) : host_(host) {
+  enum class File { wt_segment, foreign };
+
+  explicit ShmFileSource(VectorSource& host, File kind = File::wt_segment) : host_(host) {
     std::size_t off = 0;
     for (auto& t : host_.tensors()) {
       offsets_.push_back(off);
       off += (t.bytes.size() + 63) / 64 * 64;
     }
     size_ = off == 0 ? 1 : off;
-    name_ = "/wt_test-" + std::to_string(getpid()) + "-" + std::to_string(std::random_device{}());
-    map_new_file();
+    if (kind == File::wt_segment) {
+      auto c = shm::create_segment(size_);
+      if (c.addr == nullptr)
+        throw std::runtime_error("cannot " + std::string(c.step) + " " + c.name + ": " +
+                                 std::strerror(c.error));
+      name_ = c.name;
+      base_ = static_cast<unsigned char*>(c.addr);
+    } else {
+      name_ = "/wt_test-" + std::to_string(getpid()) + "-" + std::to_string(std::random_device{}());
+      map_new_file();
+    }
   }
   ~ShmFileSource() override {
     munmap(base_, size_);
