@@ -1,4 +1,6 @@
 // `wt plugins`: every plugin on the search path, loaded and checked, no engine created.
+// Each file is probed in a child process with a deadline (Registry::scan_isolated), so a plugin
+// that crashes or hangs while loading is listed as unusable and the others are still listed.
 #include "commands.hpp"
 
 #include <wt/registry.hpp>
@@ -6,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -31,9 +35,15 @@ Run add_plugins_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plugins", "List the backend plugins found on the search path");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Print a JSON array instead of a table");
-  return [json]() {
+  auto timeout = std::make_shared<double>(5.0);
+  cmd->add_option("--probe-timeout", *timeout,
+                  "Seconds each plugin may take to load before it is reported as hanging")
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
+  return [json, timeout]() {
     auto& reg = Registry::instance();
-    auto infos = reg.scan();
+    auto deadline = std::chrono::milliseconds(std::llround(*timeout * 1000.0));
+    auto infos = reg.scan_isolated(deadline);
     if (*json) {
       auto arr = nlohmann::json::array();
       for (auto& i : infos)

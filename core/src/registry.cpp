@@ -1,9 +1,14 @@
 // Lazy plugin loading: see include/wt/registry.hpp for the rules.
+// This file holds the search path, Registry (get/scan/add_directory/loaded/load_count), Plugin
+// with its host logging glue, and loading one plugin file. The checks made on a file before and
+// after dlopen are in plugin_checks.cpp; scan_isolated() and its child processes in
+// isolated_scan.cpp.
 #include <wt/registry.hpp>
+
+#include "plugin_checks.hpp"
 
 #include <wt/error.hpp>
 #include <wt/log.hpp>
-#include <wt/sdk/host_objects.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,10 +17,14 @@
 #include <boost/dll/shared_library.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -94,73 +103,6 @@ std::string backend_from_filename(const std::string& filename) {
   return filename.substr(p.size(), filename.size() - p.size() - s.size());
 }
 
-// Mandatory slots of one vtable, checked by name.
-template <typename T, typename M>
-void require_slot(const T* table, M T::*slot, const char* name, const std::string& path,
-                  std::vector<std::string>& missing) {
-  if (!sdk::has_slot(table, slot)) missing.push_back(name);
-  (void)path;
-}
-
-void validate_api(const wt_plugin_api* api, const std::string& path, const std::string& backend) {
-  if (api == nullptr)
-    throw Error(WT_ERR_INCOMPATIBLE,
-                fmt::format("plugin {} returned WT_OK but no API table", path));
-  if (api->struct_size < offsetof(wt_plugin_api, worker) + sizeof(api->worker))
-    throw Error(WT_ERR_INCOMPATIBLE,
-                fmt::format("plugin {} returned an API table of {} bytes, smaller than ABI {} "
-                            "allows ({} bytes)",
-                            path, api->struct_size, WT_ABI_MIN_SUPPORTED,
-                            offsetof(wt_plugin_api, worker) + sizeof(api->worker)));
-  std::string declared = api->backend ? api->backend : "";
-  if (declared != backend)
-    throw Error(WT_ERR_INCOMPATIBLE,
-                fmt::format("plugin {} declares backend '{}', but its file name says '{}'; "
-                            "rename the file to libwt_{}.so or fix the plugin",
-                            path, declared, backend, declared));
-  std::vector<std::string> missing;
-  const auto* ii = api->init_info;
-  if (ii == nullptr)
-    missing.push_back("init_info");
-  else {
-    require_slot(ii, &wt_init_info_vtable::parse_json, "init_info.parse_json", path, missing);
-    require_slot(ii, &wt_init_info_vtable::to_json, "init_info.to_json", path, missing);
-    require_slot(ii, &wt_init_info_vtable::rank, "init_info.rank", path, missing);
-    require_slot(ii, &wt_init_info_vtable::is_sender, "init_info.is_sender", path, missing);
-    require_slot(ii, &wt_init_info_vtable::destroy, "init_info.destroy", path, missing);
-  }
-  if (api->capabilities & WT_CAP_TRAINER) {
-    const auto* t = api->trainer;
-    if (t == nullptr)
-      missing.push_back("trainer");
-    else {
-      require_slot(t, &wt_trainer_vtable::create, "trainer.create", path, missing);
-      require_slot(t, &wt_trainer_vtable::send_weights, "trainer.send_weights", path, missing);
-      require_slot(t, &wt_trainer_vtable::abort, "trainer.abort", path, missing);
-      require_slot(t, &wt_trainer_vtable::last_error, "trainer.last_error", path, missing);
-      require_slot(t, &wt_trainer_vtable::destroy, "trainer.destroy", path, missing);
-    }
-  }
-  if (api->capabilities & WT_CAP_WORKER) {
-    const auto* w = api->worker;
-    if (w == nullptr)
-      missing.push_back("worker");
-    else {
-      require_slot(w, &wt_worker_vtable::create, "worker.create", path, missing);
-      require_slot(w, &wt_worker_vtable::start, "worker.start", path, missing);
-      require_slot(w, &wt_worker_vtable::receive, "worker.receive", path, missing);
-      require_slot(w, &wt_worker_vtable::finish, "worker.finish", path, missing);
-      require_slot(w, &wt_worker_vtable::abort, "worker.abort", path, missing);
-      require_slot(w, &wt_worker_vtable::last_error, "worker.last_error", path, missing);
-      require_slot(w, &wt_worker_vtable::destroy, "worker.destroy", path, missing);
-    }
-  }
-  if (!missing.empty())
-    throw Error(WT_ERR_INCOMPATIBLE,
-                fmt::format("plugin {} is unusable: mandatory slot(s) missing or NULL: {}", path,
-                            fmt::join(missing, ", ")));
-}
-
 // Plugin files in one directory: backend -> path.
 std::map<std::string, std::string> list_dir(const std::string& dir) {
   std::map<std::string, std::string> out;
@@ -202,6 +144,7 @@ Plugin::~Plugin() {
 std::shared_ptr<const Plugin> load_plugin_file(const std::string& path,
                                                const std::string& backend) {
   namespace dll = boost::dll;
+  check_plugin_file(path);
   std::shared_ptr<dll::shared_library> lib;
   try {
     lib = std::make_shared<dll::shared_library>(
@@ -219,20 +162,40 @@ std::shared_ptr<const Plugin> load_plugin_file(const std::string& path,
       lib->get<wt_status(uint32_t, uint32_t*, const wt_plugin_api**)>(WT_PLUGIN_ENTRY_SYMBOL);
   uint32_t plugin_abi = 0;
   const wt_plugin_api* api = nullptr;
+  // Cannot be made safe in-process: a wt_plugin_get that crashes or never returns takes this
+  // process with it (Registry::scan_isolated() survives both).
   wt_status s = entry(WT_ABI_VERSION, &plugin_abi, &api);
   if (s != WT_OK || plugin_abi < WT_ABI_MIN_SUPPORTED || plugin_abi > WT_ABI_VERSION)
     throw Error(WT_ERR_INCOMPATIBLE,
                 fmt::format("plugin {} speaks wt ABI version {}, but this libwt speaks ABI "
                             "versions {} to {}; rebuild the plugin against a matching wt",
                             path, plugin_abi, WT_ABI_MIN_SUPPORTED, WT_ABI_VERSION));
-  if (api != nullptr && api->abi_version != plugin_abi)
+  if (api == nullptr)
     throw Error(WT_ERR_INCOMPATIBLE,
-                fmt::format("plugin {} negotiated ABI version {} but its table says {}", path,
-                            plugin_abi, api->abi_version));
-  validate_api(api, path, backend);
+                fmt::format("plugin {} returned WT_OK but no API table", path));
+  detail::validate_api(api, plugin_abi, path, backend);
+  // From here on the table, its strings and its vtables are known to be readable.
   logger()->debug("loaded plugin {} (backend {}, version {}, ABI {})", path, backend,
                   api->plugin_version ? api->plugin_version : "?", plugin_abi);
   return std::make_shared<const Plugin>(std::move(lib), api, path, plugin_abi);
+}
+
+PluginInfo probe_plugin_file(const std::string& path, const std::string& backend) {
+  PluginInfo info;
+  info.backend = backend;
+  info.path = path;
+  try {
+    auto p = load_plugin_file(path, backend);
+    info.usable = true;
+    info.plugin_version = p->version();
+    info.abi_version = p->abi_version();
+    info.capabilities = p->capabilities();
+  } catch (const Error& e) {
+    info.problem = e.what();
+  } catch (const std::exception& e) {
+    info.problem = fmt::format("plugin {} could not be checked: {}", path, e.what());
+  }
+  return info;
 }
 
 Registry& Registry::instance() {
@@ -267,6 +230,11 @@ void Registry::add_directory(const std::string& dir) {
     extra_dirs_.push_back(dir);
 }
 
+std::vector<std::string> Registry::added_directories() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return extra_dirs_;
+}
+
 std::shared_ptr<const Plugin> Registry::get(const std::string& backend) {
   if (backend.empty() || backend.find('/') != std::string::npos)
     throw Error(
@@ -298,26 +266,26 @@ std::shared_ptr<const Plugin> Registry::get(const std::string& backend) {
                           backend, backend, fmt::join(dirs, ", "), fmt::join(found, ", ")));
 }
 
+namespace detail {
+
+// Every libwt_*.so on the path, in search order; a backend seen in an earlier directory shadows.
+std::vector<Candidate> candidates(const std::vector<std::string>& dirs) {
+  std::vector<Candidate> out;
+  std::set<std::string> seen;
+  for (const auto& dir : dirs)
+    for (auto& [backend, path] : list_dir(dir))
+      out.push_back({backend, path, !seen.insert(backend).second});
+  return out;
+}
+
+}  // namespace detail
+
 std::vector<PluginInfo> Registry::scan() {
   std::vector<PluginInfo> out;
-  std::set<std::string> seen;
-  for (const auto& dir : search_path()) {
-    for (auto& [backend, path] : list_dir(dir)) {
-      PluginInfo info;
-      info.backend = backend;
-      info.path = path;
-      info.shadowed = !seen.insert(backend).second;
-      try {
-        auto p = load_plugin_file(path, backend);
-        info.usable = true;
-        info.plugin_version = p->version();
-        info.abi_version = p->abi_version();
-        info.capabilities = p->capabilities();
-      } catch (const Error& e) {
-        info.problem = e.what();
-      }
-      out.push_back(std::move(info));
-    }
+  for (const auto& c : detail::candidates(search_path())) {
+    PluginInfo info = probe_plugin_file(c.path, c.backend);
+    info.shadowed = c.shadowed;
+    out.push_back(std::move(info));
   }
   return out;
 }

@@ -6,10 +6,22 @@
 // plugin directory installed next to libwt (<libdir>/wt/plugins). The first match wins.
 // Plugins are opened with RTLD_NOW | RTLD_LOCAL and are never unloaded: every engine holds a
 // reference to its plugin and the registry keeps its own until exit.
+//
+// Every load (get(), scan(), load_plugin_file()) is checked before and after dlopen:
+//   before: the file must be a regular file (stat only: a FIFO is never opened), and neither it
+//           nor its directory may be writable by others or by a group other than the process's
+//           own, or owned by a user other than root or this process's effective user;
+//   after:  the API table and every vtable wt_plugin_get hands back must lie in readable memory
+//           (probed without faulting), be aligned, have plausible size and version fields, and
+//           every slot must point into executable memory; the backend and version strings must be
+//           NUL-terminated within a bound and made of allowed characters.
+// What cannot be checked in-process (a wt_plugin_get or a static constructor that crashes or never
+// returns) is survived only by scan_isolated(), which probes each file in a child process.
 #pragma once
 
 #include <wt/wt_plugin.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,15 +75,29 @@ class Registry {
 
   // The directories searched, in order.
   std::vector<std::string> search_path() const;
-  // Adds a directory after WT_PLUGIN_PATH and before the default one.
+  // Adds a directory after WT_PLUGIN_PATH and before the default one (after those added
+  // before; adding one twice keeps the first place).
   void add_directory(const std::string& dir);
+  // The directories added with add_directory(), in order (e.g. to hand a config's plugin_dirs on
+  // to a child process such as an embedded `wt serve --plugin-dir`).
+  std::vector<std::string> added_directories() const;
 
   // Loads the backend's plugin on first use; throws wt::Error (WT_ERR_NOT_FOUND,
   // WT_ERR_INCOMPATIBLE, WT_ERR_SYSTEM) with a message naming the file or the directories.
   std::shared_ptr<const Plugin> get(const std::string& backend);
 
-  // Every libwt_*.so on the search path, loaded and checked but with no engine created.
+  // Every libwt_*.so on the search path, loaded and checked in this process, no engine created.
+  // A plugin whose wt_plugin_get (or static constructor) crashes or hangs takes this process
+  // with it: use scan_isolated() for files you do not trust.
   std::vector<PluginInfo> scan();
+
+  // Like scan(), but each file is loaded and checked in a forked child process (all at once),
+  // which is killed when it has not answered within `deadline`. A crash, a hang or an early exit
+  // is reported as the file's problem ("... crashed with SIGSEGV while loading", "... did not
+  // answer within 5 s ..."); nothing is loaded into this process. Call it from a process that has
+  // no other threads (the child runs dlopen after fork), e.g. `wt plugins`.
+  std::vector<PluginInfo> scan_isolated(
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(5000));
 
   // Backends loaded so far, and how many times get() opened its file (0 or 1: concurrent first
   // calls share one load).
@@ -89,5 +115,12 @@ class Registry {
 // Opens and validates one plugin file; throws wt::Error. `backend` is the name the file stands
 // for (libwt_<backend>.so). Exposed for tests and tools.
 std::shared_ptr<const Plugin> load_plugin_file(const std::string& path, const std::string& backend);
+
+// The checks made before dlopen (file type, ownership and permissions of the file and of its
+// directory); throws wt::Error naming the path and the reason. Opens nothing.
+void check_plugin_file(const std::string& path);
+
+// load_plugin_file() turned into a PluginInfo (usable, or the problem); never throws.
+PluginInfo probe_plugin_file(const std::string& path, const std::string& backend);
 
 }  // namespace wt

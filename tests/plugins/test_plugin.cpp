@@ -6,6 +6,17 @@
 //   WT_TEST_NULL_SLOT         leave the mandatory trainer.send_weights slot NULL
 //   WT_TEST_INIT_FAILS        trainer create returns WT_ERR_SYSTEM
 //   WT_TEST_THROWS            trainer create throws a C++ exception internally
+// Hostile variants: what the host must catch without faulting (in-process) or survive (the lister):
+//   WT_TEST_GARBAGE_API       wt_plugin_get hands back the API pointer (void*)0x10
+//   WT_TEST_MISALIGNED_API    ... a pointer one byte past the real table
+//   WT_TEST_FF_TABLE          ... a table made of 0xff bytes
+//   WT_TEST_UNTERMINATED      the backend string has no NUL within 64 bytes
+//   WT_TEST_RUNS_OFF          the backend string ends at an unreadable page, with no NUL
+//   WT_TEST_BAD_NAME          the backend string holds characters no backend name may have
+//   WT_TEST_BAD_VTABLE        the trainer vtable pointer is (void*)0x20
+//   WT_TEST_BAD_SLOT          trainer.create points into data, not code
+//   WT_TEST_CRASHES           wt_plugin_get dies with SIGSEGV
+//   WT_TEST_HANGS             wt_plugin_get never returns
 #include <wt/wt_plugin.h>
 #include <wt/sdk/errors.hpp>
 #include <wt/sdk/host_log.hpp>
@@ -14,6 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -139,12 +154,51 @@ void worker_destroy(wt_worker* w) {
   delete w;
 }
 
+#if defined(WT_TEST_UNTERMINATED)
+// 100 'x' and no NUL (followed by whatever the linker puts next).
+constexpr std::array<char, 100> kUnterminated = [] {
+  std::array<char, 100> a{};
+  a.fill('x');
+  return a;
+}();
+#define WT_TEST_BACKEND_STRING kUnterminated.data()
+#elif defined(WT_TEST_BAD_NAME)
+#define WT_TEST_BACKEND_STRING "Bad Name!\x01"
+#elif defined(WT_TEST_RUNS_OFF)
+// Set by wt_plugin_get: "runsoff" written at the very end of a readable page followed by a
+// PROT_NONE page, with no NUL.
+const char* runs_off_string() {
+  long page = sysconf(_SC_PAGESIZE);
+  void* m = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  char* end = static_cast<char*>(m) + page;
+  std::memcpy(end - 7, "runsoff", 7);
+  mprotect(end, page, PROT_NONE);
+  return end - 7;
+}
+#define WT_TEST_BACKEND_STRING runs_off_string()
+#else
+#define WT_TEST_BACKEND_STRING WT_TEST_DECLARED_BACKEND
+#endif
+
+#ifdef WT_TEST_BAD_SLOT
+int not_code = 0;
+#endif
+
 const wt_init_info_vtable kInitInfo = {
     sizeof(wt_init_info_vtable), WT_TEST_ABI, &parse, &to_json, &rank, &is_sender, &destroy_info};
 #ifdef WT_TEST_NULL_SLOT
 const wt_trainer_vtable kTrainer = {
     sizeof(wt_trainer_vtable), WT_TEST_ABI,     &trainer_create, nullptr, &trainer_abort,
     &trainer_last_error,       &trainer_destroy};
+#elif defined(WT_TEST_BAD_SLOT)
+const wt_trainer_vtable kTrainer = {sizeof(wt_trainer_vtable),
+                                    WT_TEST_ABI,
+                                    reinterpret_cast<decltype(&trainer_create)>(&not_code),
+                                    &send_weights,
+                                    &trainer_abort,
+                                    &trainer_last_error,
+                                    &trainer_destroy};
 #else
 const wt_trainer_vtable kTrainer = {
     sizeof(wt_trainer_vtable), WT_TEST_ABI,     &trainer_create, &send_weights, &trainer_abort,
@@ -153,19 +207,46 @@ const wt_trainer_vtable kTrainer = {
 const wt_worker_vtable kWorker = {
     sizeof(wt_worker_vtable), WT_TEST_ABI,   &worker_create,     &worker_start,  &worker_receive,
     &worker_finish,           &worker_abort, &worker_last_error, &worker_destroy};
+#ifdef WT_TEST_BAD_VTABLE
+const wt_trainer_vtable* const kTrainerPtr = reinterpret_cast<const wt_trainer_vtable*>(0x20);
+#else
+const wt_trainer_vtable* const kTrainerPtr = &kTrainer;
+#endif
 const wt_plugin_api kApi = {sizeof(wt_plugin_api),
                             WT_TEST_ABI,
-                            WT_TEST_DECLARED_BACKEND,
+                            WT_TEST_BACKEND_STRING,
                             "9.9.9",
                             WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY,
                             &kInitInfo,
-                            &kTrainer,
+                            kTrainerPtr,
                             &kWorker};
 
+#ifdef WT_TEST_FF_TABLE
+alignas(wt_plugin_api) constexpr std::array<unsigned char, 256> kFF = [] {
+  std::array<unsigned char, 256> a{};
+  a.fill(0xff);
+  return a;
+}();
+#endif
+
 wt_status negotiate(uint32_t host_abi, uint32_t* plugin_abi, const wt_plugin_api** api) {
+#if defined(WT_TEST_CRASHES)
+  volatile int* volatile nowhere = nullptr;
+  *nowhere = 42;  // a real SIGSEGV, not a trap the compiler chose
+#elif defined(WT_TEST_HANGS)
+  for (;;) pause();
+#endif
   *plugin_abi = WT_TEST_ABI;
   if (WT_TEST_ABI > host_abi) return WT_ERR_INCOMPATIBLE;
+#if defined(WT_TEST_GARBAGE_API)
+  *api = reinterpret_cast<const wt_plugin_api*>(0x10);
+#elif defined(WT_TEST_MISALIGNED_API)
+  *api = reinterpret_cast<const wt_plugin_api*>(reinterpret_cast<const char*>(&kApi) + 1);
+#elif defined(WT_TEST_FF_TABLE)
+  *api = reinterpret_cast<const wt_plugin_api*>(kFF.data());
+#else
   *api = &kApi;
+#endif
   return WT_OK;
 }
 
