@@ -11,6 +11,7 @@
 #include <wt/error.hpp>
 #include <wt/registry.hpp>
 #include <wt/safetensors.hpp>
+#include <wt/shm_segments.hpp>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -46,18 +47,17 @@ std::vector<std::string> prepare_checkpoint(const LaunchConfig& cfg, bool quiet)
         fmt::format("{}: source.generate.dtype '{}' is not a dtype wt knows", cfg.file, g.dtype));
   auto layout = model_layout(g.model, *dtype);
   std::string dir = generated_checkpoint_dir(g);
-  std::error_code ec;
-  std::string marker = dir + "/.complete";
-  if (std::filesystem::exists(marker, ec)) return expand_checkpoint_paths({dir});
+  if (generated_checkpoint_present(dir, layout, g.seed, g.shards))
+    return expand_checkpoint_paths({dir});
   if (!quiet)
     fmt::print(stderr, "generating a synthetic {} checkpoint ({:.0f}M parameters, {} GB) in {}\n",
                g.model, static_cast<double>(layout.total_params()) / 1e6,
                gb(static_cast<double>(layout.total_bytes())), dir);
-  std::filesystem::remove_all(dir, ec);
-  auto files = write_synthetic_checkpoint(dir, layout, g.seed, g.shards);
-  FILE* f = std::fopen(marker.c_str(), "w");
-  if (f) std::fclose(f);
-  return files;
+  try {
+    return write_synthetic_checkpoint(dir, layout, g.seed, g.shards);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: source.generate.dir: {}", cfg.file, e.what()));
+  }
 }
 
 struct RoundResult {
@@ -128,8 +128,9 @@ Run add_launch_command(CLI::App& app) {
     std::string url = cfg.receiver_url;
     if (cfg.embedded_receiver) {
       std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
-      if (!cfg.receiver_token.empty()) args.insert(args.end(), {"--token", cfg.receiver_token});
-      std::tie(receiver, url) = start_server(exe, args);
+      for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
+      // The token travels in the environment: argv is readable by every user of the host.
+      std::tie(receiver, url) = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
     }
     std::string rendezvous;
     if (cfg.trainer_ranks > 1) {
@@ -248,6 +249,9 @@ Run add_launch_command(CLI::App& app) {
       receiver->wait();
     }
     if (!rendezvous.empty()) std::filesystem::remove_all(rendezvous);
+    // A rank killed mid-round cannot remove its shared-memory segments; do not wait for the next
+    // wt process to sweep them.
+    shm::sweep_orphaned_segments();
 
     bool all_verified = true;
     double seconds = 0, fastest = 0;

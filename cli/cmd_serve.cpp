@@ -4,17 +4,24 @@
 
 #include <wt/error.hpp>
 #include <wt/http_server.hpp>
+#include <wt/json_parse.hpp>
 #include <wt/receiver.hpp>
+#include <wt/registry.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 namespace wt::cli {
+namespace {
+constexpr int kStopDeadlineSeconds = 10;
+}  // namespace
 
 Run add_serve_command(CLI::App& app) {
   auto* cmd =
@@ -28,6 +35,7 @@ Run add_serve_command(CLI::App& app) {
     std::size_t max_body_mb = 256;
     std::string device = "cpu";
     unsigned load_threads = 0;
+    std::vector<std::string> plugin_dirs;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -44,13 +52,16 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--load-threads", o->load_threads,
                   "Threads copying received host tensors into place (0: one per core, at most 8)")
       ->capture_default_str();
+  cmd->add_option("--plugin-dir", o->plugin_dirs,
+                  "A directory searched for plugins before the default ones (repeatable)");
   return [o]() {
+    for (const auto& d : o->plugin_dirs) Registry::instance().add_directory(d);
     std::string backend = o->backend;
     if (!o->config.empty()) {
       nlohmann::json cfg;
       try {
-        cfg = nlohmann::json::parse(o->config);
-      } catch (const std::exception& e) {
+        cfg = parse_json(o->config);
+      } catch (const JsonError& e) {
         throw Error(WT_ERR_INVALID_ARGUMENT,
                     fmt::format("--weight-transfer-config is not valid JSON: {}", e.what()));
       }
@@ -100,6 +111,15 @@ Run add_serve_command(CLI::App& app) {
     int sig = 0;
     sigwait(&set, &sig);
     fmt::print("wt serve: stopping ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fflush(stdout);
+    // stop() waits for running requests; a signal must end the process even if one never returns.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(kStopDeadlineSeconds));
+      fmt::print(stderr, "wt serve: requests still running {} s after the signal; exiting anyway\n",
+                 kStopDeadlineSeconds);
+      std::fflush(stderr);
+      _exit(1);
+    }).detach();
     server.stop();
     return 0;
   };

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <memory>
@@ -20,18 +21,27 @@
 
 namespace wt::cli {
 
+// The child dies with the thread that started it (PR_SET_PDEATHSIG, SIGTERM so a `wt serve`
+// still stops cleanly): a coordinator killed with SIGKILL leaves no orphan behind. Start children
+// from a thread that lives as long as they should.
 class Child {
  public:
-  explicit Child(const std::vector<std::string>& argv) {
+  // `env` entries ("NAME=value") are added to the child's environment: the way to hand it a
+  // secret, since argv is visible to every user of the host.
+  explicit Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
       dup2(fds[1], 1);
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
+      for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
@@ -121,11 +131,12 @@ class Child {
 };
 
 // Starts `wt serve --port 0 ARGS...` and returns it with its URL.
-inline std::pair<std::unique_ptr<Child>, std::string> start_server(const std::string& wt,
-                                                                   std::vector<std::string> args) {
+inline std::pair<std::unique_ptr<Child>, std::string> start_server(
+    const std::string& wt, std::vector<std::string> args,
+    const std::vector<std::string>& env = {}) {
   std::vector<std::string> argv{wt, "serve", "--port", "0"};
   argv.insert(argv.end(), args.begin(), args.end());
-  auto c = std::make_unique<Child>(argv);
+  auto c = std::make_unique<Child>(argv, env);
   auto out = c->wait_for(")\n", std::chrono::seconds(20));
   if (!out) throw std::runtime_error("wt serve did not start: " + c->output());
   auto pos = out->find("http://");

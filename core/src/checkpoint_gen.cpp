@@ -6,9 +6,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 namespace wt {
@@ -58,6 +61,29 @@ struct Rng {
   }
 };
 
+// IEEE float -> half, round to nearest even (what a _Float16 cast does where the compiler has
+// one; clang 14 on x86-64 has not).
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7fffff;
+  const int exp = static_cast<int>((x >> 23) & 0xff);
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  const int e = exp - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  uint32_t m = mant, shift = 13, base = static_cast<uint32_t>(e) << 10;
+  if (e <= 0) {  // a subnormal half: the implicit bit becomes explicit
+    if (e < -10) return static_cast<uint16_t>(sign);
+    m |= 0x800000;
+    shift = static_cast<uint32_t>(14 - e);
+    base = 0;
+  }
+  uint32_t half = base + (m >> shift);
+  const uint32_t rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+  if (rem > mid || (rem == mid && (half & 1))) ++half;  // a carry into the exponent is right
+  return static_cast<uint16_t>(sign | half);
+}
+
 void fill(unsigned char* out, std::size_t n_elems, DLDataType dt, Rng& rng) {
   for (std::size_t i = 0; i < n_elems; ++i) {
     uint64_t r = rng.next();
@@ -69,7 +95,7 @@ void fill(unsigned char* out, std::size_t n_elems, DLDataType dt, Rng& rng) {
       uint16_t h = static_cast<uint16_t>(bits >> 16);
       std::memcpy(out + 2 * i, &h, 2);
     } else if (dt.code == kDLFloat && dt.bits == 16) {
-      _Float16 h = static_cast<_Float16>(f);
+      uint16_t h = float_to_half(f);
       std::memcpy(out + 2 * i, &h, 2);
     } else if (dt.code == kDLFloat && dt.bits == 32) {
       std::memcpy(out + 4 * i, &f, 4);
@@ -124,15 +150,37 @@ ModelLayout model_layout(const std::string& name, DLDataType dt) {
               fmt::format("unknown model layout '{}' (known: {})", name, known));
 }
 
-std::vector<std::string> write_synthetic_checkpoint(const std::string& dir,
-                                                    const ModelLayout& layout, uint32_t seed,
-                                                    int shards) {
-  if (shards < 1 || static_cast<std::size_t>(shards) > layout.params.size())
-    throw Error(WT_ERR_INVALID_ARGUMENT,
-                fmt::format("shards must be in 1..{}", layout.params.size()));
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMarker = ".complete";
+
+std::string identity(const ModelLayout& layout, uint32_t seed, int shards) {
+  return nlohmann::json{
+      {"generator", "wt"},
+      {"layout", layout.name},
+      {"dtype", layout.params.empty() ? std::string("none")
+                                      : std::string(safetensors_name(layout.params[0].dtype))},
+      {"seed", seed},
+      {"shards", shards}}
+      .dump();
+}
+
+// Why `dir` cannot receive a generated checkpoint, or "" when it can (absent, or an empty
+// directory). Never follows a symlink at `dir` itself.
+std::string unusable_target(const fs::path& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(WT_ERR_SYSTEM, fmt::format("cannot create {}: {}", dir, ec.message()));
+  auto st = fs::symlink_status(dir, ec);
+  if (ec || st.type() == fs::file_type::not_found) return "";
+  if (st.type() != fs::file_type::directory) return "exists and is not a directory";
+  if (!fs::is_empty(dir, ec) || ec) return "exists and is not empty";
+  return "";
+}
+
+// Writes the shard files into `dir`, which wt just created.
+std::vector<std::string> write_shards(const std::string& dir, const ModelLayout& layout,
+                                      uint32_t seed, int shards) {
   Rng rng{0x9E3779B97F4A7C15ULL ^ (uint64_t{seed} + 1) * 0xBF58476D1CE4E5B9ULL};
   std::vector<std::string> files;
   const std::size_t per = (layout.params.size() + static_cast<std::size_t>(shards) - 1) /
@@ -161,8 +209,8 @@ std::vector<std::string> write_synthetic_checkpoint(const std::string& dir,
          (shards == 1 ? "model.safetensors"
                       : fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, shards)))
             .string();
-    std::string tmp = path + ".partial";
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+    const std::string& tmp = path;
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wbx"), &std::fclose);
     if (!f)
       throw Error(WT_ERR_SYSTEM, fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
     uint64_t hl = h.size();
@@ -186,10 +234,69 @@ std::vector<std::string> write_synthetic_checkpoint(const std::string& dir,
     if (std::fflush(f.get()) != 0)
       throw Error(WT_ERR_SYSTEM, fmt::format("writing {} failed", tmp));
     f.reset();
-    std::filesystem::rename(tmp, path);
     files.push_back(path);
   }
   return files;
+}
+
+}  // namespace
+
+bool generated_checkpoint_present(const std::string& dir, const ModelLayout& layout, uint32_t seed,
+                                  int shards) {
+  std::error_code ec;
+  if (fs::symlink_status(dir, ec).type() != fs::file_type::directory) return false;
+  const fs::path marker = fs::path(dir) / kMarker;
+  if (fs::symlink_status(marker, ec).type() != fs::file_type::regular) return false;
+  std::ifstream f(marker);
+  if (!f) return false;
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // wt 0.1.0 wrote an empty marker into directories named after the parameters.
+  return text.empty() || text == identity(layout, seed, shards);
+}
+
+std::vector<std::string> write_synthetic_checkpoint(const std::string& dir,
+                                                    const ModelLayout& layout, uint32_t seed,
+                                                    int shards) {
+  if (shards < 1 || static_cast<std::size_t>(shards) > layout.params.size())
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("shards must be in 1..{}", layout.params.size()));
+  // wt never deletes or overwrites what it did not create: it writes into a fresh directory of
+  // its own next to the target and renames it into place (rename(2) replaces only an empty
+  // directory), so a user's files can never be touched.
+  const fs::path target = fs::path(dir).lexically_normal();
+  const auto refuse = [&](const std::string& why) {
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: {}; wt generates a checkpoint only into a new or empty directory "
+                            "and never deletes what it did not create",
+                            dir, why));
+  };
+  if (auto why = unusable_target(target); !why.empty()) refuse(why);
+  std::error_code ec;
+  fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  if (ec)
+    throw Error(WT_ERR_SYSTEM, fmt::format("cannot create {}: {}", parent.string(), ec.message()));
+  std::string tmpl = (parent / (target.filename().string() + ".wt-partial-XXXXXX")).string();
+  if (mkdtemp(tmpl.data()) == nullptr)
+    throw Error(WT_ERR_SYSTEM,
+                fmt::format("cannot create a directory next to {}: {}", dir, std::strerror(errno)));
+  const fs::path work(tmpl);
+  try {
+    auto files = write_shards(work.string(), layout, seed, shards);
+    std::ofstream(work / kMarker) << identity(layout, seed, shards);
+    if (::rename(work.c_str(), target.c_str()) != 0) {
+      const int err = errno;
+      if (err == ENOTEMPTY || err == EEXIST || err == ENOTDIR)
+        refuse("was created by someone else while the checkpoint was being written");
+      throw Error(WT_ERR_SYSTEM,
+                  fmt::format("cannot move the checkpoint into {}: {}", dir, std::strerror(err)));
+    }
+    for (auto& f : files) f = (target / fs::path(f).filename()).string();
+    return files;
+  } catch (...) {
+    fs::remove_all(work, ec);  // created above by mkdtemp: only wt's files are in it
+    throw;
+  }
 }
 
 }  // namespace wt
