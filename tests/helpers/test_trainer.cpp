@@ -15,26 +15,49 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
 namespace {
 
-// Counts the RPCs this process makes, to show which rank talks to the workers.
+// Counts the RPCs this process makes, to show which rank talks to the workers. For fault tests it
+// can stop for good just before one call of a given round ("paused before <call>", then sleep
+// until killed), so a test kills the process at a known phase.
 class CountingClient : public wt::Client {
  public:
   explicit CountingClient(wt::Client& inner) : inner_(inner) {}
   void init_weight_transfer_engine(std::string_view j) override {
-    ++calls, inner_.init_weight_transfer_engine(j);
+    pause_if("init"), ++calls, inner_.init_weight_transfer_engine(j);
   }
-  void start_weight_update() override { ++calls, inner_.start_weight_update(); }
-  void update_weights(std::string_view j) override { ++calls, inner_.update_weights(j); }
+  void start_weight_update() override {
+    ++round;
+    updates_this_round = 0;
+    pause_if("start"), ++calls, inner_.start_weight_update();
+  }
+  void update_weights(std::string_view j) override {
+    if (updates_this_round++ == pause_update) pause_if("update");
+    ++calls, inner_.update_weights(j);
+  }
   void finish_weight_update(const std::optional<std::string>& v) override {
-    ++calls, inner_.finish_weight_update(v);
+    pause_if("finish"), ++calls, inner_.finish_weight_update(v);
   }
   std::atomic<int> calls{0};
+  int round = -1;  // counts starts: the round being sent
+  std::string pause_before;
+  int pause_round = 0, pause_update = 0, pause_ms = -1;  // pause_ms < 0: forever
+  int updates_this_round = 0;
 
  private:
+  void pause_if(const char* call) {
+    if (pause_before != call || std::max(round, 0) != pause_round) return;
+    fmt::print("paused before {}\n", call);
+    std::fflush(stdout);
+    if (pause_ms >= 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    else
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
   wt::Client& inner_;
 };
 
@@ -96,6 +119,15 @@ int main(int argc, char** argv) {
   app.add_option("--delay-ms", delay_ms, "sleep between rounds");
   app.add_flag("--cuda", cuda, "send from CUDA memory");
   app.add_flag("--weights-in-shm", in_shm, "keep the weights in a /dev/shm file");
+  std::string pause_before;
+  int pause_round = 0, pause_update = 0, pause_ms = -1, group_timeout_s = 30, http_timeout_s = 300;
+  app.add_option("--pause-before", pause_before, "init|start|update|finish: stop there, forever")
+      ->check(CLI::IsMember({"init", "start", "update", "finish"}));
+  app.add_option("--pause-round", pause_round, "the round of --pause-before (0-based)");
+  app.add_option("--pause-update", pause_update, "with update: before which update of the round");
+  app.add_option("--pause-ms", pause_ms, "pause this long, then go on (default: forever)");
+  app.add_option("--group-timeout-s", group_timeout_s);
+  app.add_option("--http-timeout-s", http_timeout_s);
   CLI11_PARSE(app, argc, argv);
   try {
     wt::test::VectorSource source;
@@ -109,12 +141,18 @@ int main(int argc, char** argv) {
 #else
     if (cuda) throw wt::Error(WT_ERR_UNSUPPORTED, "this helper was built without CUDA");
 #endif
-    wt::HttpClient http(url);
+    wt::HttpClient::Options hopts;
+    hopts.timeout = std::chrono::seconds(http_timeout_s);
+    wt::HttpClient http(url, hopts);
     CountingClient client(http);
+    client.pause_before = pause_before;
+    client.pause_round = pause_round;
+    client.pause_update = pause_update;
+    client.pause_ms = pause_ms;
     std::unique_ptr<wt::TrainerGroup> group;
     if (group_size > 1)
-      group =
-          wt::make_gloo_trainer_group(group_rank, group_size, rendezvous, std::chrono::seconds(30));
+      group = wt::make_gloo_trainer_group(group_rank, group_size, rendezvous,
+                                          std::chrono::seconds(group_timeout_s));
     auto info = wt::InitInfo::from_object({{"backend", "ipc"},
                                            {"rank", rank},
                                            {"packed", packed},
