@@ -133,6 +133,17 @@ Run add_launch_command(CLI::App& app) {
       std::tie(receiver, url) = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
     }
     std::string rendezvous;
+    // However the run ends, even by an exception: the rendezvous directory goes, and so do the
+    // shared-memory segments of ranks killed mid-round (the ranks, declared below, are reaped
+    // before this runs), instead of waiting for the next wt process to sweep them.
+    struct Cleanup {
+      const std::string& dir;
+      ~Cleanup() {
+        std::error_code ec;
+        if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+        shm::sweep_orphaned_segments();
+      }
+    } cleanup{rendezvous};
     if (cfg.trainer_ranks > 1) {
       char tmpl[] = "/tmp/wt-launch-XXXXXX";
       if (mkdtemp(tmpl) == nullptr)
@@ -248,10 +259,6 @@ Run add_launch_command(CLI::App& app) {
       receiver->kill(SIGTERM);
       receiver->wait();
     }
-    if (!rendezvous.empty()) std::filesystem::remove_all(rendezvous);
-    // A rank killed mid-round cannot remove its shared-memory segments; do not wait for the next
-    // wt process to sweep them.
-    shm::sweep_orphaned_segments();
 
     bool all_verified = true;
     double seconds = 0, fastest = 0;

@@ -120,6 +120,7 @@ LaunchConfig load_launch_config(const std::string& path) {
     read_config(root, c);
   } catch (const YAML::Exception& e) {
     // A conversion the strict readers did not foresee ("bad conversion") still names the place.
+    if (e.mark.is_null()) throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{}: {}", path, e.msg));
     throw Error(WT_ERR_INVALID_ARGUMENT,
                 fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   }

@@ -29,6 +29,20 @@ class Child {
   // `env` entries ("NAME=value") are added to the child's environment: the way to hand it a
   // secret, since argv is visible to every user of the host.
   explicit Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+    // Everything the child needs is built before fork: after it, only async-signal-safe calls
+    // (the coordinator has threads, and one may hold the allocator's lock).
+    std::vector<char*> args, envp;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    std::vector<std::string> names;
+    for (const auto& e : env) names.push_back(e.substr(0, e.find('=') + 1));
+    for (char** v = environ; *v != nullptr; ++v) {
+      bool replaced = false;
+      for (const auto& n : names) replaced |= std::strncmp(*v, n.c_str(), n.size()) == 0;
+      if (!replaced) envp.push_back(*v);
+    }
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     const pid_t parent = getpid();
@@ -41,11 +55,7 @@ class Child {
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
-      for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
+      execve(args[0], args.data(), envp.data());
       _exit(127);
     }
     close(fds[1]);

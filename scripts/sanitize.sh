@@ -16,7 +16,7 @@ for k in "${kinds[@]}"; do
           export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
           export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ;;
     tsan) flags="thread"
-          export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
+          export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp" ;;
     *) echo "sanitize: unknown kind '$k' (asan or tsan)" >&2; exit 2 ;;
   esac
   dir="build-$k"

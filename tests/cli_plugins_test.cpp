@@ -80,7 +80,7 @@ TEST(CliPlugins, HostilePluginsAreReportedAndEveryGoodOneIsStillListed) {
                "(struct_size), more than any wt ABI table can have (65536 at most)",
            "unusable: plugin " + broken +
                "/libwt_badname.so is unusable: its backend string 'Bad Name!\\x01' is not "
-               "valid: it must be non-empty and made of a-z, 0-9 and _",
+               "valid: it must be non-empty and made of printable characters other than /",
            "unusable: plugin " + broken + "/libwt_unterminated.so is unusable: its backend string",
            std::string("is not NUL-terminated within 64 bytes"),
            "unusable: plugin " + broken +

@@ -7,6 +7,7 @@
 #include <wt/json_parse.hpp>
 #include <wt/receiver.hpp>
 #include <wt/safetensors.hpp>
+#include <wt/shm_segments.hpp>
 #include <wt/wt.hpp>
 #include <wt/yaml_json.hpp>
 
@@ -17,12 +18,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -111,7 +115,7 @@ TEST(GenerateDir, NewOrEmptyDirectoryIsGeneratedOnceThenReused) {
   auto d = fresh_dir("gen_new");
   auto layout = model_layout("tiny", {kDLBfloat, 16, 1});
   fs::create_directories(d / "empty");
-  for (const char* name : {"new", "empty"}) {
+  for (const char* name : {"new", "empty", "slash/"}) {
     auto files = write_synthetic_checkpoint((d / name).string(), layout, 3, 2);
     ASSERT_EQ(files.size(), 2u);
     EXPECT_TRUE(generated_checkpoint_present((d / name).string(), layout, 3, 2));
@@ -286,6 +290,49 @@ TEST(Overflow, AnUpdateWhoseShapeWrapsOrWhoseNamesHoldNulIsRefused) {
       }),
       HasSubstr("field 'names[0]' holds a NUL character"));
   EXPECT_TRUE(receiver.names().empty());
+}
+
+// Each tensor's size fits 64 bits, their sum does not: it must not wrap to a small mapping.
+TEST(Overflow, PackedSizesWhoseSumWrapsAreRefused) {
+  Receiver receiver("ipc");
+  receiver.init_weight_transfer_engine({{"packed", true}});
+  receiver.start_weight_update();
+  const int64_t huge = INT64_MAX;
+  auto msg = error_of([&] {
+    receiver.update_weights(
+        {{"names", {"a", "b", "c"}},
+         {"dtype_names", {"uint8", "uint8", "uint8"}},
+         {"shapes", {{huge}, {huge}, {18}}},
+         {"tensor_sizes", {huge, huge, 18}},
+         {"ipc_handles",
+          {{"cpu", {{"kind", "shm"}, {"name", "/wt-1-2-3"}, {"size", 16}, {"offset", 0}}}}}});
+  });
+  EXPECT_THAT(msg, HasSubstr("the tensors' sizes add up to more bytes than 64 bits can count"));
+}
+
+// A second name for a file is someone else's file under a wt-like name (a hard link).
+TEST(Ipc, ASegmentWithASecondLinkIsRefused) {
+  auto seg = shm::create_segment(64);
+  ASSERT_NE(seg.addr, nullptr);
+  std::memset(seg.addr, 7, 64);
+  const std::string other = shm::new_segment_name();
+  ASSERT_EQ(::link(("/dev/shm" + seg.name).c_str(), ("/dev/shm" + other).c_str()), 0);
+  Receiver receiver("ipc");
+  receiver.init_weight_transfer_engine({{"packed", false}});
+  receiver.start_weight_update();
+  auto msg = error_of([&] {
+    receiver.update_weights(
+        {{"names", {"w"}},
+         {"dtype_names", {"uint8"}},
+         {"shapes", {{64}}},
+         {"ipc_handles",
+          {{{"cpu", {{"kind", "shm"}, {"name", other}, {"size", 64}, {"offset", 0}}}}}}});
+  });
+  EXPECT_THAT(msg, HasSubstr("has 2 links: refused (a wt segment has one name)"));
+  EXPECT_TRUE(receiver.names().empty());
+  shm_unlink(other.c_str());
+  shm_unlink(seg.name.c_str());
+  munmap(seg.addr, 64);
 }
 
 // --- 7. an abandoned round never reaches a later finish ------------------------------------------

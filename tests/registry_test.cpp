@@ -228,7 +228,7 @@ TEST(Registry, BackendStringWithForbiddenCharactersIsRefused) {
   expect_trainer_init_error(
       "badname", WT_ERR_INCOMPATIBLE,
       {"libwt_badname.so is unusable: its backend string 'Bad Name!\\x01' is not valid: it must "
-       "be non-empty and made of a-z, 0-9 and _"});
+       "be non-empty and made of printable characters other than /"});
 }
 
 TEST(Registry, GarbageVtablePointerIsRefused) {

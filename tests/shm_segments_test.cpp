@@ -8,6 +8,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <dirent.h>
 #include <signal.h>
@@ -69,8 +70,14 @@ struct LockHolder {
     std::fflush(nullptr);
     pid = fork();
     if (pid == 0) {
-      int fd = open(("/dev/shm" + name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-      char ok = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 ? 1 : 0;
+      // As wt does: locked under a pending name first, so no sweep (other tests run in
+      // parallel) ever sees the liveness file unlocked.
+      const std::string path = "/dev/shm" + name, pending = path + ".new";
+      int fd = open(pending.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      char ok = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+                        link(pending.c_str(), path.c_str()) == 0 && unlink(pending.c_str()) == 0
+                    ? 1
+                    : 0;
       if (write(ready[1], &ok, 1) != 1) _exit(1);
       for (;;) pause();
     }
@@ -154,9 +161,13 @@ TEST(ShmSegments, ALockHeldByThisProcessKeepsTheSegment) {
   const std::string pid = dead_pid(), token = random_hex();
   const std::string live = shm::liveness_name(pid, token);
   const std::string seg = shm::segment_name(pid, token, random_hex());
-  int lock = create_file(live);
+  // Locked under a pending name first, as wt does (parallel tests sweep too).
+  const std::string path = "/dev/shm" + live, pending = path + ".new";
+  int lock = open(pending.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   ASSERT_GE(lock, 0);
   ASSERT_EQ(flock(lock, LOCK_EX | LOCK_NB), 0);
+  ASSERT_EQ(link(pending.c_str(), path.c_str()), 0);
+  ASSERT_EQ(unlink(pending.c_str()), 0);
   close(create_file(seg));
   shm::sweep_orphaned_segments();  // its probe opens the file anew: the locks conflict
   EXPECT_TRUE(exists(seg));
@@ -323,6 +334,12 @@ TEST(ShmSegments, NoDescriptorIsKeptPerSegment) {
   close(create_file(shm::liveness_name(pid, token)));
   shm::sweep_orphaned_segments();
   EXPECT_EQ(open_fds(), before);
+  // A sweep of a parallel test may hold the dead creator's lock at that moment (ours then leaves
+  // the files to it): give it a moment to finish.
+  for (int i = 0; i < 200 && std::any_of(dead.begin(), dead.end(), exists); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    shm::sweep_orphaned_segments();
+  }
   for (const auto& d : dead) EXPECT_FALSE(exists(d));
   for (auto& c : made) {
     EXPECT_TRUE(exists(c.name)) << "this process's segments stay";

@@ -263,7 +263,8 @@ std::vector<std::string> write_synthetic_checkpoint(const std::string& dir,
   // wt never deletes or overwrites what it did not create: it writes into a fresh directory of
   // its own next to the target and renames it into place (rename(2) replaces only an empty
   // directory), so a user's files can never be touched.
-  const fs::path target = fs::path(dir).lexically_normal();
+  fs::path target = fs::path(dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "ckpt/" names ckpt
   const auto refuse = [&](const std::string& why) {
     throw Error(WT_ERR_INVALID_ARGUMENT,
                 fmt::format("{}: {}; wt generates a checkpoint only into a new or empty directory "

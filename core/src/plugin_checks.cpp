@@ -201,12 +201,13 @@ std::string table_string(const char* p, const char* what, std::size_t bound, boo
   return s;
 }
 
-bool backend_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+// As loose as ABI v1 promised (a backend equal to its file name, a version "e.g. 1.2.0"), so that
+// no plugin that loaded before is refused: only what cannot be a file name or be shown is.
+bool printable(char c) {
+  return c >= 0x20 && c < 0x7f;
 }
-bool version_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '-' || c == '+' || c == '_';
+bool backend_char(char c) {
+  return printable(c) && c != '/';
 }
 
 // What validate_api() found about the slots of the vtables.
@@ -233,8 +234,8 @@ template <typename T>
 bool copy_vtable(const T* p, T& out, const char* what, const std::string& path) {
   if (p == nullptr) return false;
   copy_table(p, out, what, path);
-  if (out.struct_size >= 2 * sizeof(uint32_t) &&
-      (out.abi_version == 0 || out.abi_version > kMaxAbiVersion))
+  // 0 is tolerated: the v1 host never read a vtable's abi_version, so some plugins leave it 0.
+  if (out.struct_size >= 2 * sizeof(uint32_t) && out.abi_version > kMaxAbiVersion)
     unusable(path, fmt::format("its {} claims ABI version {}, which no wt ABI has", what,
                                out.abi_version));
   return true;
@@ -290,16 +291,16 @@ void detail::validate_api(const wt_plugin_api* api, uint32_t plugin_abi, const s
                 fmt::format("plugin {} negotiated ABI version {} but its table says {}", path,
                             plugin_abi, t.abi_version));
   if (t.backend == nullptr) unusable(path, "it declares no backend name (its backend is NULL)");
-  std::string declared =
-      table_string(t.backend, "backend", kBackendBound, &backend_char, "a-z, 0-9 and _", path);
+  std::string declared = table_string(t.backend, "backend", kBackendBound, &backend_char,
+                                      "printable characters other than /", path);
   if (declared != backend)
     throw Error(WT_ERR_INCOMPATIBLE,
                 fmt::format("plugin {} declares backend '{}', but its file name says '{}'; "
                             "rename the file to libwt_{}.so or fix the plugin",
                             path, declared, backend, declared));
   if (t.plugin_version != nullptr)
-    table_string(t.plugin_version, "plugin_version", kVersionBound, &version_char,
-                 "letters, digits and . - + _", path);
+    table_string(t.plugin_version, "plugin_version", kVersionBound, &printable,
+                 "printable characters", path);
 
   auto maps = read_maps();
   SlotCheck c;

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace wt {
 
@@ -30,48 +32,70 @@ class JsonError : public std::runtime_error {
 
 namespace detail {
 
-// nlohmann's DOM builder with the limits counted as values arrive. (Its callback parser would do
-// the same job, but it rescans the enclosing container after every '}', which is quadratic: an
-// array of 40,000 objects took 12 s.) The SAX interface is nlohmann's documented extension point;
-// the DOM builder it reuses lives in its detail namespace.
-class BoundedDomSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
-  using Base = nlohmann::detail::json_sax_dom_parser<nlohmann::json>;
-
+// Builds the DOM from nlohmann's SAX events, counting the limits as values arrive. (nlohmann's
+// callback parser would do the same job, but it rescans the enclosing container after every '}',
+// which is quadratic: an array of 40,000 objects took 12 s. Its own SAX DOM builder lives in its
+// detail namespace, which changes between releases; json_sax is its public interface.)
+class BoundedDomBuilder final : public nlohmann::json_sax<nlohmann::json> {
  public:
-  BoundedDomSax(nlohmann::json& out, const JsonLimits& limits) : Base(out, true), limits_(limits) {}
-  bool null() { return count() && Base::null(); }
-  bool boolean(bool v) { return count() && Base::boolean(v); }
-  bool number_integer(number_integer_t v) { return count() && Base::number_integer(v); }
-  bool number_unsigned(number_unsigned_t v) { return count() && Base::number_unsigned(v); }
-  bool number_float(number_float_t v, const string_t& s) {
-    return count() && Base::number_float(v, s);
+  BoundedDomBuilder(nlohmann::json& root, const JsonLimits& limits)
+      : root_(root), limits_(limits) {}
+
+  bool null() override { return put(nullptr); }
+  bool boolean(bool v) override { return put(v); }
+  bool number_integer(number_integer_t v) override { return put(v); }
+  bool number_unsigned(number_unsigned_t v) override { return put(v); }
+  bool number_float(number_float_t v, const string_t&) override { return put(v); }
+  bool string(string_t& v) override { return put(std::move(v)); }
+  bool binary(binary_t& v) override { return put(nlohmann::json::binary(std::move(v))); }
+  bool start_object(std::size_t) override { return open(nlohmann::json::object()); }
+  bool key(string_t& k) override {
+    key_ = &(*stack_.back())[std::move(k)];  // the next value lands here
+    return true;
   }
-  bool string(string_t& v) { return count() && Base::string(v); }
-  bool binary(binary_t& v) { return count() && Base::binary(v); }
-  bool start_object(std::size_t n) { return enter() && Base::start_object(n); }
-  bool end_object() {
-    --depth_;
-    return Base::end_object();
-  }
-  bool start_array(std::size_t n) { return enter() && Base::start_array(n); }
-  bool end_array() {
-    --depth_;
-    return Base::end_array();
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(nlohmann::json::array()); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw JsonError(std::string("not valid JSON: ") + e.what());
   }
 
  private:
-  bool count() {
+  // Places a value where the grammar says it goes and returns where it now lives.
+  nlohmann::json* place(nlohmann::json&& v) {
     if (++values_ > limits_.max_values)
       throw JsonError("JSON holds more than " + std::to_string(limits_.max_values) + " values");
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    if (stack_.back()->is_array()) {
+      stack_.back()->push_back(std::move(v));
+      return &stack_.back()->back();
+    }
+    *key_ = std::move(v);
+    return key_;
+  }
+  bool put(nlohmann::json&& v) {
+    place(std::move(v));
     return true;
   }
-  bool enter() {
-    if (++depth_ > limits_.max_depth)
+  bool open(nlohmann::json&& container) {
+    if (stack_.size() + 1 > limits_.max_depth)
       throw JsonError("JSON nested deeper than " + std::to_string(limits_.max_depth) + " levels");
-    return count();
+    stack_.push_back(place(std::move(container)));
+    return true;
   }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  nlohmann::json& root_;
   const JsonLimits& limits_;
-  std::size_t depth_ = 0, values_ = 0;
+  std::vector<nlohmann::json*> stack_;  // open containers; their addresses stay put
+  nlohmann::json* key_ = nullptr;
+  std::size_t values_ = 0;
 };
 
 }  // namespace detail
@@ -79,7 +103,7 @@ class BoundedDomSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::jso
 // Parses `text` as one JSON value within `limits`, in time linear in its size.
 inline nlohmann::json parse_json(std::string_view text, const JsonLimits& limits = {}) {
   nlohmann::json out;
-  detail::BoundedDomSax sax(out, limits);
+  detail::BoundedDomBuilder sax(out, limits);
   try {
     nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
   } catch (const JsonError&) {

@@ -2,6 +2,8 @@
 
 #include "ipc_wire.hpp"
 
+#include <cstdint>
+
 #include <sys/mman.h>
 
 #include <set>
@@ -82,7 +84,13 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
   std::vector<unsigned char*> data(u.params.size());
   if (u.packed) {
     uint64_t total = 0;
-    for (auto n : u.nbytes) total += n;
+    for (auto n : u.nbytes) {
+      if (n > UINT64_MAX - total)  // a sum that wraps would map too little and hand out wild data
+        fail(WT_ERR_INVALID_ARGUMENT,
+             "invalid update_info for backend 'ipc': the tensors' sizes add up to more bytes than "
+             "64 bits can count");
+      total += n;
+    }
     Handle h = select_handle(u.handle_maps.at(0), key_, "ipc_handles");
     unsigned char* base = map_handle(h, total, "ipc_handles");
     uint64_t off = 0;

@@ -98,6 +98,11 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t expected_size) 
               "shared-memory segment {} belongs to uid {}, not to this process's user (uid {}): "
               "refused (the trainer and the worker must run as the same user)",
               name, static_cast<unsigned long>(st.st_uid), static_cast<unsigned long>(geteuid()));
+  // A wt segment has one name; a second link is someone else's file under a wt-like name.
+  if (st.st_nlink > 1)
+    sdk::fail(WT_ERR_INVALID_ARGUMENT,
+              "shared-memory segment {} has {} links: refused (a wt segment has one name)", name,
+              static_cast<unsigned long>(st.st_nlink));
   if (static_cast<std::size_t>(st.st_size) < expected_size)
     sdk::fail(WT_ERR_INVALID_ARGUMENT,
               "shared-memory segment {} holds {} bytes, but the handle says {}", name,
