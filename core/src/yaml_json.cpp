@@ -2,6 +2,8 @@
 
 #include <wt/error.hpp>
 
+#include <yaml-cpp/eventhandler.h>
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -11,6 +13,8 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,17 +139,55 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& origin,
   return Converter(origin, limits).convert(node, 0);
 }
 
+namespace {
+
+// Receives a document's events, keeping only where its first node starts.
+class FirstMark final : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> mark;
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    note(m);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void note(const YAML::Mark& m) {
+    if (!mark) mark = m;
+  }
+};
+
+}  // namespace
+
 YAML::Node load_yaml(std::string_view text, const std::string& origin, const YamlLimits& limits) {
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(std::string(text));
+    const std::string copy(text);
+    root = YAML::Load(copy);  // the first document
+    // Documents are counted, never collected: yaml-cpp's LoadAll does not end on some malformed
+    // input (",L\n-" yields empty documents forever, found by fuzzing).
+    std::istringstream in(copy);
+    YAML::Parser parser(in);
+    FirstMark first, second;
+    if (parser.HandleNextDocument(first) && parser.HandleNextDocument(second))
+      fail_at(origin, second.mark.value_or(YAML::Mark::null_mark()),
+              "a second YAML document ('---'): one document per file, please");
   } catch (const YAML::Exception& e) {
     fail_at(origin, e.mark, fmt::format("not valid YAML: {}", e.msg));
   }
-  if (docs.size() > 1)
-    fail_at(origin, docs[1].Mark(),
-            "a second YAML document ('---'): one document per file, please");
-  YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
   yaml_to_json(root, origin, limits);  // the checks, before any reader walks the tree
   return root;
 }
