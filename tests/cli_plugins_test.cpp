@@ -113,7 +113,10 @@ TEST(CliPlugins, HostilePluginsInJsonWithAShorterDeadline) {
   auto took = std::chrono::steady_clock::now() - t0;
   ASSERT_EQ(res.exit_code, 0) << res.output;
   EXPECT_LT(took, std::chrono::seconds(15));
-  auto arr = nlohmann::json::parse(res.output);
+  // The JSON is stdout; what the probed plugins print goes to stderr, which run_process merges in.
+  const auto begin = res.output.find("[\n"), end = res.output.rfind(']');
+  ASSERT_TRUE(begin != std::string::npos && end != std::string::npos && end > begin) << res.output;
+  auto arr = nlohmann::json::parse(res.output.substr(begin, end - begin + 1));
   std::map<std::string, nlohmann::json> by_path;
   for (auto& p : arr) by_path[p["path"]] = p;
   std::string hostile = test::hostile_plugin_dir();
