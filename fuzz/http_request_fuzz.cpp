@@ -2,6 +2,7 @@
 // server over loopback (write side shut down, so a partial request ends at once), and the answer
 // is read to the end. The server must answer or close, never crash.
 #include <wt/http_server.hpp>
+#include <wt/log.hpp>
 #include <wt/receiver.hpp>
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 
 namespace {
@@ -24,6 +26,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   o.max_body_bytes = 1 << 20;
   server = std::make_unique<wt::HttpServer>(*receiver, o);
   server->start();
+  // Stop the server's threads at exit before static destructors run (the logger's registry
+  // among them): registered after the logger exists, so it runs before that registry goes.
+  (void)wt::logger();
+  std::atexit([] {
+    server.reset();
+    receiver.reset();
+  });
   return 0;
 }
 

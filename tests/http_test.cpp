@@ -11,7 +11,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <httplib.h>
+#include <atomic>
 
 #include <thread>
 
@@ -173,7 +175,17 @@ struct VllmDouble {
   int port = 0;
   std::vector<std::string> seen, problems;
   std::mutex mu;
-  int delay_ms = 0;
+  std::atomic<int> delay_ms{0};  // set by the test thread, read by the server's
+
+  // Snapshots under the lock the handlers write with.
+  std::vector<std::string> seen_now() {
+    std::lock_guard<std::mutex> l(mu);
+    return seen;
+  }
+  std::vector<std::string> problems_now() {
+    std::lock_guard<std::mutex> l(mu);
+    return problems;
+  }
 
   VllmDouble() {
     auto expect_keys = [this](const httplib::Request& req, std::set<std::string> keys) {
@@ -226,9 +238,9 @@ TEST(HttpClient, SendsVllmsExactPathsAndBodies) {
   c.update_weights(R"({"names":["a"],"dtype_names":["bfloat16"],"shapes":[[2]]})");
   c.finish_weight_update(std::string("step-42"));
   c.finish_weight_update(std::nullopt);
-  EXPECT_TRUE(d.problems.empty()) << ::testing::PrintToString(d.problems);
+  EXPECT_TRUE(d.problems_now().empty()) << ::testing::PrintToString(d.problems_now());
   EXPECT_EQ(
-      d.seen,
+      d.seen_now(),
       (std::vector<std::string>{
           R"(/init_weight_transfer_engine {"init_info":{"packed":true}})", "/start_weight_update ",
           R"(/update_weights {"update_info":{"names":["a"],"dtype_names":["bfloat16"],"shapes":[[2]]}})",
