@@ -231,8 +231,10 @@ alignas(wt_plugin_api) constexpr std::array<unsigned char, 256> kFF = [] {
 
 wt_status negotiate(uint32_t host_abi, uint32_t* plugin_abi, const wt_plugin_api** api) {
 #if defined(WT_TEST_CRASHES)
-  volatile int* volatile nowhere = nullptr;
-  *nowhere = 42;  // a real SIGSEGV, not a trap the compiler chose
+  // A real SIGSEGV on an unmapped page, not a trap the compiler chose, and not a null store that
+  // UBSan would stop first with an exit code of its own.
+  volatile uintptr_t unmapped = 64;
+  *reinterpret_cast<volatile int*>(unmapped) = 42;
 #elif defined(WT_TEST_HANGS)
   for (;;) pause();
 #endif
