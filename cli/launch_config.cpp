@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -225,15 +224,13 @@ void validate_init_info(const LaunchConfig& cfg) {
   fields["rank"] = 0;
   try {
     InitInfo::from_object(fields, cfg.file).to_json();
-  } catch (const Error& e) {
-    // Point at the line of the key the plugin named, when it named one we have.
-    std::smatch m;
+  } catch (const FieldError& e) {
+    // Point at the line of the key the plugin named (as data, ABI 2), when it is one we have.
     std::string msg = e.what();
-    static const std::regex field_re(R"(field '([A-Za-z0-9_]+))");
-    if (std::regex_search(msg, m, field_re) && cfg.init_info_marks.count(m[1].str())) {
-      auto [line, col] = cfg.init_info_marks.at(m[1].str());
+    if (cfg.init_info_marks.count(e.field())) {
+      auto [line, col] = cfg.init_info_marks.at(e.field());
       throw Error(e.code(), fmt::format("{}:{}:{}: init_info.{}: {}", cfg.file, line, col,
-                                        m[1].str(), msg.substr(msg.find(": ") + 2)));
+                                        e.field(), msg.substr(msg.find(": ") + 2)));
     }
     throw;
   }

@@ -4,6 +4,8 @@
 
 #include <wt/registry.hpp>
 
+#include "plugin_table.hpp"
+
 #include <cstdlib>
 #include <string>
 
@@ -18,20 +20,24 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text = wt::fuzz::as_text(data, size);  // NUL-terminated for the C ABI
-  const auto& ii = *plugin->api().init_info;
+  const auto& ii = plugin->table();
   wt_init_info* obj = nullptr;
   char err[512];
-  if (ii.parse_json(plugin->host(), text.c_str(), &obj, err, sizeof err) == WT_OK) {
+  char field[128];
+  if (ii.parse_init_info(plugin->host(), text.c_str(), &obj, err, sizeof err, field,
+                         sizeof field) == WT_OK) {
     if (obj == nullptr) std::abort();  // success must return an object
     size_t needed = 0;
     std::string buf(64, '\0');
-    if (ii.to_json(obj, buf.data(), buf.size(), &needed) != WT_OK && needed > buf.size()) {
+    wt_status s = ii.init_info_to_json(obj, buf.data(), buf.size(), &needed);
+    if (s == WT_ERR_BUFFER_TOO_SMALL) {
       buf.assign(needed, '\0');
-      if (ii.to_json(obj, buf.data(), buf.size(), &needed) != WT_OK) std::abort();
+      s = ii.init_info_to_json(obj, buf.data(), buf.size(), &needed);
     }
+    if (s != WT_OK) std::abort();
     (void)ii.rank(obj);
     (void)ii.is_sender(obj);
-    ii.destroy(obj);
+    ii.destroy_init_info(obj);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
-// Freezes the layout of every ABI-version-1 struct (x86-64 / LP64). A failing assert here means a
-// shipped struct changed: append new fields instead, and bump WT_ABI_VERSION.
+// Freezes the layout of every ABI-version-1 and version-2 struct (x86-64 / LP64). A failing assert
+// here means a shipped struct changed: append new fields instead, and bump WT_ABI_VERSION.
 #include <wt/wt_plugin.h>
+#include <wt/wt_plugin_v1.h>
 
 #include <gtest/gtest.h>
 
@@ -16,30 +17,30 @@ WT_PIN(wt_host_api, log_level, 16);
 WT_PIN(wt_host_api, log, 24);
 static_assert(sizeof(wt_host_api) == 32);
 
-WT_PIN(wt_tensor, name, 0);
-WT_PIN(wt_tensor, tensor, 8);
+WT_PIN(wt_tensor_v1, name, 0);
+WT_PIN(wt_tensor_v1, tensor, 8);
 static_assert(sizeof(DLTensor) == 48);
-static_assert(sizeof(wt_tensor) == 56);
+static_assert(sizeof(wt_tensor_v1) == 56);
 
-WT_PIN(wt_param_meta, name, 0);
-WT_PIN(wt_param_meta, dtype, 8);
-WT_PIN(wt_param_meta, ndim, 12);
-WT_PIN(wt_param_meta, shape, 16);
-static_assert(sizeof(wt_param_meta) == 24);
+WT_PIN(wt_param_meta_v1, name, 0);
+WT_PIN(wt_param_meta_v1, dtype, 8);
+WT_PIN(wt_param_meta_v1, ndim, 12);
+WT_PIN(wt_param_meta_v1, shape, 16);
+static_assert(sizeof(wt_param_meta_v1) == 24);
 
-WT_PIN(wt_client, ctx, 8);
-WT_PIN(wt_client, init_weight_transfer_engine, 16);
-WT_PIN(wt_client, start_weight_update, 24);
-WT_PIN(wt_client, update_weights, 32);
-WT_PIN(wt_client, finish_weight_update, 40);
-static_assert(sizeof(wt_client) == 48);
+WT_PIN(wt_client_v1, ctx, 8);
+WT_PIN(wt_client_v1, init_weight_transfer_engine, 16);
+WT_PIN(wt_client_v1, start_weight_update, 24);
+WT_PIN(wt_client_v1, update_weights, 32);
+WT_PIN(wt_client_v1, finish_weight_update, 40);
+static_assert(sizeof(wt_client_v1) == 48);
 
-WT_PIN(wt_weight_source, ctx, 8);
-WT_PIN(wt_weight_source, metadata, 16);
-WT_PIN(wt_weight_source, begin, 24);
-WT_PIN(wt_weight_source, next, 32);
-WT_PIN(wt_weight_source, end, 40);
-static_assert(sizeof(wt_weight_source) == 48);
+WT_PIN(wt_weight_source_v1, ctx, 8);
+WT_PIN(wt_weight_source_v1, metadata, 16);
+WT_PIN(wt_weight_source_v1, begin, 24);
+WT_PIN(wt_weight_source_v1, next, 32);
+WT_PIN(wt_weight_source_v1, end, 40);
+static_assert(sizeof(wt_weight_source_v1) == 48);
 
 WT_PIN(wt_trainer_group, ctx, 8);
 WT_PIN(wt_trainer_group, rank, 16);
@@ -48,54 +49,131 @@ WT_PIN(wt_trainer_group, all_gather, 24);
 WT_PIN(wt_trainer_group, barrier, 32);
 static_assert(sizeof(wt_trainer_group) == 40);
 
-WT_PIN(wt_sparse_patch, name, 0);
-WT_PIN(wt_sparse_patch, indices, 8);
-WT_PIN(wt_sparse_patch, values, 56);
-WT_PIN(wt_sparse_patch, full_ndim, 104);
-WT_PIN(wt_sparse_patch, full_shape, 112);
-static_assert(sizeof(wt_sparse_patch) == 120);
+WT_PIN(wt_sparse_patch_v1, name, 0);
+WT_PIN(wt_sparse_patch_v1, indices, 8);
+WT_PIN(wt_sparse_patch_v1, values, 56);
+WT_PIN(wt_sparse_patch_v1, full_ndim, 104);
+WT_PIN(wt_sparse_patch_v1, full_shape, 112);
+static_assert(sizeof(wt_sparse_patch_v1) == 120);
+
+WT_PIN(wt_send_args_v1, weight_version, 8);
+WT_PIN(wt_send_args_v1, patches, 16);
+WT_PIN(wt_send_args_v1, num_patches, 24);
+static_assert(sizeof(wt_send_args_v1) == 32);
+
+WT_PIN(wt_worker_options_v1, device, 8);
+static_assert(sizeof(wt_worker_options_v1) == 16);
+
+WT_PIN(wt_init_info_vtable_v1, parse_json, 8);
+WT_PIN(wt_init_info_vtable_v1, to_json, 16);
+WT_PIN(wt_init_info_vtable_v1, rank, 24);
+WT_PIN(wt_init_info_vtable_v1, is_sender, 32);
+WT_PIN(wt_init_info_vtable_v1, destroy, 40);
+static_assert(sizeof(wt_init_info_vtable_v1) == 48);
+
+WT_PIN(wt_trainer_vtable_v1, create, 8);
+WT_PIN(wt_trainer_vtable_v1, send_weights, 16);
+WT_PIN(wt_trainer_vtable_v1, abort, 24);
+WT_PIN(wt_trainer_vtable_v1, last_error, 32);
+WT_PIN(wt_trainer_vtable_v1, destroy, 40);
+static_assert(sizeof(wt_trainer_vtable_v1) == 48);
+
+WT_PIN(wt_worker_vtable_v1, create, 8);
+WT_PIN(wt_worker_vtable_v1, start, 16);
+WT_PIN(wt_worker_vtable_v1, receive, 24);
+WT_PIN(wt_worker_vtable_v1, finish, 32);
+WT_PIN(wt_worker_vtable_v1, abort, 40);
+WT_PIN(wt_worker_vtable_v1, last_error, 48);
+WT_PIN(wt_worker_vtable_v1, destroy, 56);
+static_assert(sizeof(wt_worker_vtable_v1) == 64);
+
+WT_PIN(wt_plugin_api_v1, backend, 8);
+WT_PIN(wt_plugin_api_v1, plugin_version, 16);
+WT_PIN(wt_plugin_api_v1, capabilities, 24);
+WT_PIN(wt_plugin_api_v1, init_info, 32);
+WT_PIN(wt_plugin_api_v1, trainer, 40);
+WT_PIN(wt_plugin_api_v1, worker, 48);
+static_assert(sizeof(wt_plugin_api_v1) == 56);
+
+// ---- Version 2 (wt 0.2.0). Unchanged since version 1: wt_host_api, wt_trainer_group. ----
+WT_PIN(wt_tensor, struct_size, 0);
+WT_PIN(wt_tensor, abi_version, 4);
+WT_PIN(wt_tensor, name, 8);
+WT_PIN(wt_tensor, tensor, 16);
+static_assert(sizeof(wt_tensor) == 64);
+
+WT_PIN(wt_param_meta, name, 8);
+WT_PIN(wt_param_meta, dtype, 16);
+WT_PIN(wt_param_meta, ndim, 20);
+WT_PIN(wt_param_meta, shape, 24);
+static_assert(sizeof(wt_param_meta) == 32);
+
+WT_PIN(wt_sparse_patch, name, 8);
+WT_PIN(wt_sparse_patch, indices, 16);
+WT_PIN(wt_sparse_patch, values, 64);
+WT_PIN(wt_sparse_patch, full_ndim, 112);
+WT_PIN(wt_sparse_patch, full_shape, 120);
+static_assert(sizeof(wt_sparse_patch) == 128);
+
+WT_PIN(wt_client, ctx, 8);
+WT_PIN(wt_client, init_weight_transfer_engine, 16);
+WT_PIN(wt_client, start_weight_update, 24);
+WT_PIN(wt_client, update_weights, 32);
+WT_PIN(wt_client, finish_weight_update, 40);
+WT_PIN(wt_client, end_weight_update, 48);
+static_assert(sizeof(wt_client) == 56);
+
+WT_PIN(wt_weight_source, ctx, 8);
+WT_PIN(wt_weight_source, metadata, 16);
+WT_PIN(wt_weight_source, begin, 24);
+WT_PIN(wt_weight_source, next, 32);
+WT_PIN(wt_weight_source, end, 40);
+static_assert(sizeof(wt_weight_source) == 48);
+
+WT_PIN(wt_trainer_create_args, host, 8);
+WT_PIN(wt_trainer_create_args, info, 16);
+WT_PIN(wt_trainer_create_args, client, 24);
+WT_PIN(wt_trainer_create_args, source, 32);
+WT_PIN(wt_trainer_create_args, group, 40);
+static_assert(sizeof(wt_trainer_create_args) == 48);
 
 WT_PIN(wt_send_args, weight_version, 8);
 WT_PIN(wt_send_args, patches, 16);
 WT_PIN(wt_send_args, num_patches, 24);
-static_assert(sizeof(wt_send_args) == 32);
+WT_PIN(wt_send_args, stream, 32);
+static_assert(sizeof(wt_send_args) == 40);
 
-WT_PIN(wt_worker_options, device, 8);
-static_assert(sizeof(wt_worker_options) == 16);
+WT_PIN(wt_worker_create_args, host, 8);
+WT_PIN(wt_worker_create_args, init_info_json, 16);
+WT_PIN(wt_worker_create_args, device, 24);
+WT_PIN(wt_worker_create_args, stream, 32);
+WT_PIN(wt_worker_create_args, backend_options_json, 40);
+static_assert(sizeof(wt_worker_create_args) == 48);
 
+WT_PIN(wt_loader, ctx, 8);
+WT_PIN(wt_loader, load, 16);
+WT_PIN(wt_loader, load_patches, 24);
+WT_PIN(wt_loader, destination, 32);
+WT_PIN(wt_loader, written, 40);
+static_assert(sizeof(wt_loader) == 48);
+
+// The tables keep version 1's layout; only their slots' arguments changed.
 WT_PIN(wt_init_info_vtable, parse_json, 8);
-WT_PIN(wt_init_info_vtable, to_json, 16);
-WT_PIN(wt_init_info_vtable, rank, 24);
-WT_PIN(wt_init_info_vtable, is_sender, 32);
 WT_PIN(wt_init_info_vtable, destroy, 40);
 static_assert(sizeof(wt_init_info_vtable) == 48);
-
 WT_PIN(wt_trainer_vtable, create, 8);
-WT_PIN(wt_trainer_vtable, send_weights, 16);
-WT_PIN(wt_trainer_vtable, abort, 24);
-WT_PIN(wt_trainer_vtable, last_error, 32);
 WT_PIN(wt_trainer_vtable, destroy, 40);
 static_assert(sizeof(wt_trainer_vtable) == 48);
-
 WT_PIN(wt_worker_vtable, create, 8);
-WT_PIN(wt_worker_vtable, start, 16);
 WT_PIN(wt_worker_vtable, receive, 24);
-WT_PIN(wt_worker_vtable, finish, 32);
-WT_PIN(wt_worker_vtable, abort, 40);
-WT_PIN(wt_worker_vtable, last_error, 48);
 WT_PIN(wt_worker_vtable, destroy, 56);
 static_assert(sizeof(wt_worker_vtable) == 64);
-
 WT_PIN(wt_plugin_api, backend, 8);
-WT_PIN(wt_plugin_api, plugin_version, 16);
-WT_PIN(wt_plugin_api, capabilities, 24);
-WT_PIN(wt_plugin_api, init_info, 32);
-WT_PIN(wt_plugin_api, trainer, 40);
 WT_PIN(wt_plugin_api, worker, 48);
 static_assert(sizeof(wt_plugin_api) == 56);
 
 TEST(AbiLayout, VersionConstants) {
-  EXPECT_EQ(WT_ABI_VERSION, 1u);
+  EXPECT_EQ(WT_ABI_VERSION, 2u);
   EXPECT_EQ(WT_ABI_MIN_SUPPORTED, 1u);
   EXPECT_STREQ(WT_PLUGIN_ENTRY_SYMBOL, "wt_plugin_get");
 }
@@ -113,6 +191,7 @@ TEST(AbiLayout, StatusCodesAreStable) {
   EXPECT_EQ(WT_ERR_REMOTE, 9);
   EXPECT_EQ(WT_ERR_NOT_FOUND, 10);
   EXPECT_EQ(WT_ERR_INTERNAL, 11);
+  EXPECT_EQ(WT_ERR_BUFFER_TOO_SMALL, 12);
 }
 
 TEST(AbiLayout, CapabilityBitsAreStable) {

@@ -29,7 +29,7 @@ TEST(CliPlugins, ListsTheThreeBackendsWithVersions) {
     ASSERT_TRUE(by.count(b)) << r.output;
     EXPECT_TRUE(by[b]["usable"].get<bool>()) << by[b].dump();
     EXPECT_EQ(by[b]["plugin_version"], "0.1.0");
-    EXPECT_EQ(by[b]["abi_version"], 1);
+    EXPECT_EQ(by[b]["abi_version"], 2);
   }
 }
 
@@ -96,9 +96,9 @@ TEST(CliPlugins, HostilePluginsAreReportedAndEveryGoodOneIsStillListed) {
        })
     EXPECT_THAT(res.output, HasSubstr(reason));
   // Every good plugin, after the bad ones, in the table's usual columns.
-  EXPECT_THAT(res.output, HasSubstr("testother      9.9.9     1    trainer,worker,host"));
-  EXPECT_THAT(res.output, HasSubstr("initfails      9.9.9     1    trainer,worker,host"));
-  EXPECT_THAT(res.output, HasSubstr("9.9.9     1    trainer,worker,host              " +
+  EXPECT_THAT(res.output, HasSubstr("testother      9.9.9     2    trainer,worker,host"));
+  EXPECT_THAT(res.output, HasSubstr("initfails      9.9.9     2    trainer,worker,host"));
+  EXPECT_THAT(res.output, HasSubstr("9.9.9     2    trainer,worker,host              " +
                                     std::string(WT_TEST_GOOD_DIR) +
                                     "/libwt_testgood.so  (shadowed by an earlier directory)"));
   EXPECT_THAT(res.output, HasSubstr("libwt_ipc.so"));
@@ -140,7 +140,7 @@ TEST(CliPlugins, HostilePluginsInJsonWithAShorterDeadline) {
   auto& good = by_path[std::string(WT_TEST_GOOD_DIR) + "/libwt_testother.so"];
   EXPECT_TRUE(good["usable"].get<bool>()) << good.dump();
   EXPECT_EQ(good["plugin_version"], "9.9.9");
-  EXPECT_EQ(good["abi_version"], 1);
+  EXPECT_EQ(good["abi_version"], 2);
   EXPECT_EQ(good["capabilities"], "trainer,worker,host");
   EXPECT_EQ(good["shadowed"], false);
   EXPECT_EQ(good["problem"], "");

@@ -26,7 +26,7 @@ bool have_gpu() {
 TEST(IpcCudaWithoutGpu, CudaWorkerIsUnsupportedNotACrash) {
   if (have_gpu()) GTEST_SKIP() << "a GPU is present";
   try {
-    WorkerEngine::create("ipc", R"({"packed":false})", {kDLCUDA, 0});
+    WorkerEngine::create("ipc", R"({"packed":false})", DLDevice{kDLCUDA, 0});
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_UNSUPPORTED) << e.what();
@@ -91,7 +91,7 @@ INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcCudaGpu, ::testing::Bool(),
 
 TEST(IpcCudaGpuUuid, MissingUuidListsThePresentOnes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  auto worker = WorkerEngine::create("ipc", R"({"packed":false})", {kDLCUDA, 0});
+  auto worker = WorkerEngine::create("ipc", R"({"packed":false})", DLDevice{kDLCUDA, 0});
   worker->start();
   try {
     worker->receive(R"({"names":["w"],"dtype_names":["float32"],"shapes":[[1]],

@@ -199,6 +199,9 @@ TEST_P(IpcSync, ByteExactOverSeveralRoundsAndNoSegmentLeft) {
     source.perturb(round);
   }
   EXPECT_EQ(source.ends(), 4);
+  // Every tensor of every round went through the loader's destination path: the worker copied it
+  // out of shared memory straight into the receiver's staging memory.
+  EXPECT_EQ(receiver.tensors_written_in_place(), 4 * source.tensors().size());
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcSync, ::testing::Bool(),
@@ -885,7 +888,7 @@ TEST(IpcHostile, AGuardedLoadOfATruncatedSegmentFailsTheUpdate) {
     ADD_FAILURE() << "the update went through";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_SYSTEM);
-    EXPECT_THAT(e.what(), HasSubstr("the load callback failed: the source memory of tensor 'b' "
+    EXPECT_THAT(e.what(), HasSubstr("the loader's load failed: the source memory of tensor 'b' "
                                     "vanished during the copy (shared-memory file truncated?)"));
   }
   worker->abort();

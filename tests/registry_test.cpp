@@ -128,7 +128,7 @@ TEST(Registry, ClientFailureSurfacesWithTheClientsReason) {
 TEST(Registry, WrongAbiVersionNamesBothVersions) {
   use_path(WT_TEST_BROKEN_DIR);
   expect_trainer_init_error("badabi", WT_ERR_INCOMPATIBLE,
-                            {"libwt_badabi.so", "speaks wt ABI version 99", "ABI versions 1 to 1"});
+                            {"libwt_badabi.so", "speaks wt ABI version 99", "ABI versions 1 to 2"});
 }
 
 TEST(Registry, MissingEntrySymbolNamesTheFileAndSymbol) {
@@ -379,7 +379,7 @@ TEST(Registry, ScanIsolatedSurvivesCrashingAndHangingPlugins) {
   // Good plugins are all still there, with their details.
   EXPECT_TRUE(by["testother"].usable);
   EXPECT_EQ(by["testother"].plugin_version, "9.9.9");
-  EXPECT_EQ(by["testother"].abi_version, 1u);
+  EXPECT_EQ(by["testother"].abi_version, 2u);
   EXPECT_EQ(by["testother"].capabilities, WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY);
   EXPECT_TRUE(by["ipc"].usable);
   bool good_copy_listed = false;

@@ -6,7 +6,22 @@
 
 #include "internal.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
 namespace wt {
+
+void Client::end_weight_update(std::string_view reason) {
+  try {
+    update_weights(nlohmann::json{{"wt_end_weight_update", std::string(reason)}}.dump());
+  } catch (const Error&) {
+    // Expected: the refusal is what ends the session.
+  }
+}
 
 const wt_client* Client::c_client() {
   c_.struct_size = sizeof(wt_client);
@@ -29,6 +44,11 @@ const wt_client* Client::c_client() {
       static_cast<Client*>(ctx)->finish_weight_update(v);
     });
   };
+  c_.end_weight_update = [](void* ctx, const char* reason, char* err, size_t cap) {
+    return host_guard(err, cap, [&] {
+      static_cast<Client*>(ctx)->end_weight_update(reason != nullptr ? reason : "");
+    });
+  };
   return &c_;
 }
 
@@ -42,8 +62,12 @@ const wt_weight_source* WeightSource::c_source() {
       const auto& meta = self->metadata();
       self->c_meta_.resize(meta.size());
       for (std::size_t i = 0; i < meta.size(); ++i)
-        self->c_meta_[i] = {meta[i].name.c_str(), meta[i].dtype,
-                            static_cast<int32_t>(meta[i].shape.size()), meta[i].shape.data()};
+        self->c_meta_[i] = {sizeof(wt_param_meta),
+                            WT_ABI_VERSION,
+                            meta[i].name.c_str(),
+                            meta[i].dtype,
+                            static_cast<int32_t>(meta[i].shape.size()),
+                            meta[i].shape.data()};
       *params = self->c_meta_.data();
       *count = self->c_meta_.size();
     });
@@ -55,7 +79,16 @@ const wt_weight_source* WeightSource::c_source() {
     return host_guard(err, cap, [&] {
       wt_tensor t{};
       if (static_cast<WeightSource*>(ctx)->next(t)) {
-        *out = t;
+        // Rule 2: no byte beyond the caller's struct_size (an older plugin's smaller struct).
+        if (out->struct_size < offsetof(wt_tensor, tensor) + sizeof(DLTensor))
+          throw Error(WT_ERR_INVALID_ARGUMENT,
+                      fmt::format("next(): the caller's wt_tensor has struct_size {}, too small "
+                                  "for ABI 2's {} bytes",
+                                  out->struct_size, sizeof(wt_tensor)));
+        const std::size_t n = std::min<std::size_t>(out->struct_size, sizeof t);
+        t.struct_size = static_cast<uint32_t>(n);
+        t.abi_version = WT_ABI_VERSION;
+        std::memcpy(out, &t, n);
         *done = 0;
       } else {
         *done = 1;

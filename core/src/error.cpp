@@ -30,6 +30,8 @@ std::string status_name(wt_status code) {
       return "WT_ERR_NOT_FOUND";
     case WT_ERR_INTERNAL:
       return "WT_ERR_INTERNAL";
+    case WT_ERR_BUFFER_TOO_SMALL:
+      return "WT_ERR_BUFFER_TOO_SMALL";
     default:
       return "WT_ERR_UNKNOWN(" + std::to_string(code) + ")";
   }

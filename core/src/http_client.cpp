@@ -35,7 +35,8 @@ HttpClient::HttpClient(std::string base_url, Options options)
 
 HttpClient::~HttpClient() = default;
 
-nlohmann::json HttpClient::post(const std::string& path, const std::string* body) {
+nlohmann::json HttpClient::post(const std::string& path, const std::string* body,
+                                bool* not_found) {
   auto t = options_.timeout;
   auto make = [&] {
     auto c = std::make_unique<httplib::Client>(base_);
@@ -49,24 +50,33 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
   // Calls share kept-alive connections; one made while another is in flight (an engine with
   // several updates outstanding, or giving up a round) takes its own and never waits for it.
   std::unique_ptr<httplib::Client> conn;
+  uint64_t aborts_before = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!idle_.empty()) {
       conn = std::move(idle_.back());
       idle_.pop_back();
     }
+    if (!conn) conn = make();
+    in_flight_.insert(conn.get());
+    aborts_before = aborts_;
   }
-  if (!conn) conn = make();
   auto& cli = *conn;
   httplib::Headers headers;
   if (!options_.bearer_token.empty())
     headers.emplace("Authorization", "Bearer " + options_.bearer_token);
   auto res = body ? cli.Post(path, headers, *body, "application/json") : cli.Post(path, headers);
   std::string where = "POST " + base_ + path;
-  if (res) {  // a failed connection is dropped, a good one kept for the next call
+  bool aborted = false;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    if (idle_.size() < 8) idle_.push_back(std::move(conn));
+    in_flight_.erase(conn.get());
+    aborted = aborts_ != aborts_before;
+    // A failed or interrupted connection is dropped, a good one kept for the next call.
+    if (res && !aborted && idle_.size() < 8) idle_.push_back(std::move(conn));
   }
+  if (aborted)
+    throw Error(WT_ERR_ABORTED, fmt::format("{} was interrupted: the engine was aborted", where));
   if (!res) {
     auto err = res.error();
     wt_status code = (err == httplib::Error::Read || err == httplib::Error::Write ||
@@ -75,6 +85,10 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
                          : WT_ERR_REMOTE;
     throw Error(code, fmt::format("{} failed: {} (deadline {} ms)", where, httplib::to_string(err),
                                   t.count()));
+  }
+  if (res->status == 404 && not_found != nullptr) {
+    *not_found = true;
+    return {};
   }
   if (res->status < 200 || res->status >= 300)
     throw Error(WT_ERR_REMOTE, fmt::format("{} answered HTTP {}: {}", where, res->status,
@@ -107,6 +121,23 @@ void HttpClient::finish_weight_update(const std::optional<std::string>& weight_v
   } else {
     post("/finish_weight_update", nullptr);
   }
+}
+
+void HttpClient::end_weight_update(std::string_view reason) {
+  if (!no_end_route_) {
+    std::string body = nlohmann::json{{"reason", std::string(reason)}}.dump();
+    bool not_found = false;
+    post("/end_weight_update", &body, &not_found);
+    if (!not_found) return;
+    no_end_route_ = true;  // a stock vLLM server: end sessions the old way from now on
+  }
+  Client::end_weight_update(reason);
+}
+
+void HttpClient::abort_calls() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++aborts_;
+  for (auto* c : in_flight_) c->stop();
 }
 
 nlohmann::json HttpClient::get(const std::string& path) {

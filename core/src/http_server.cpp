@@ -749,6 +749,29 @@ HttpServer::HttpServer(Receiver& receiver, Options options) : options_(std::move
       reply(res, 200, {{"message", "Weight update finished"}});
     });
   });
+  // wt's own: ends the current update after a trainer-side failure (see Client::end_weight_update).
+  post("/end_weight_update", [r, parse_object](const httplib::Request&, httplib::Response& res,
+                                               const httplib::ContentReader& reader) {
+    std::string text;
+    if (!read_body(reader, res, text)) return;
+    std::string reason;
+    if (!text.empty()) {
+      nlohmann::json body;
+      if (!parse_object(text, res, body)) return;
+      for (auto it = body.begin(); it != body.end(); ++it)
+        if (it.key() != "reason")
+          return reply_error(res, 400, fmt::format("unknown field '{}' in request body", it.key()));
+      if (body.contains("reason")) {
+        if (!body["reason"].is_string())
+          return reply_error(res, 400, "field 'reason' must be a string");
+        reason = body["reason"].get<std::string>();
+      }
+    }
+    guarded(res, "/end_weight_update", [&] {
+      r->end_weight_update(reason);
+      reply(res, 200, {{"message", "Weight update ended"}});
+    });
+  });
   post("/update_weight_version", [r, parse_object](const httplib::Request&, httplib::Response& res,
                                                    const httplib::ContentReader& reader) {
     std::string text;

@@ -58,12 +58,14 @@ const ParsedInitInfo& InitInfo::parsed() const {
     std::string text = full.dump();
     wt_init_info* obj = nullptr;
     char err[4096] = {0};
-    wt_status s =
-        plugin->api().init_info->parse_json(plugin->host(), text.c_str(), &obj, err, sizeof err);
+    char field[256] = {0};
+    wt_status s = plugin->table().parse_init_info(plugin->host(), text.c_str(), &obj, err,
+                                                  sizeof err, field, sizeof field);
     if (s != WT_OK || obj == nullptr)
-      throw Error(
+      throw FieldError(
           s != WT_OK ? s : WT_ERR_INTERNAL,
-          fmt::format("{}: {}", origin_, err[0] ? err : "the plugin rejected it without a reason"));
+          fmt::format("{}: {}", origin_, err[0] ? err : "the plugin rejected it without a reason"),
+          field);
     parsed_ = std::make_shared<const ParsedInitInfo>(plugin, obj);
   }
   return *parsed_;
@@ -71,22 +73,23 @@ const ParsedInitInfo& InitInfo::parsed() const {
 
 int64_t InitInfo::rank() const {
   const auto& p = parsed();
-  return p.plugin->api().init_info->rank(p.object);
+  return p.plugin->table().rank(p.object);
 }
 
 bool InitInfo::is_sender() const {
   const auto& p = parsed();
-  return p.plugin->api().init_info->is_sender(p.object) != 0;
+  return p.plugin->table().is_sender(p.object);
 }
 
 nlohmann::json InitInfo::to_json() const {
   const auto& p = parsed();
   std::size_t needed = 0;
   std::string buf(256, '\0');
-  wt_status s = p.plugin->api().init_info->to_json(p.object, buf.data(), buf.size(), &needed);
-  if (s != WT_OK && needed > buf.size()) {
+  const auto& t = p.plugin->table();
+  wt_status s = t.init_info_to_json(p.object, buf.data(), buf.size(), &needed);
+  if (s == WT_ERR_BUFFER_TOO_SMALL && needed > buf.size()) {
     buf.assign(needed, '\0');
-    s = p.plugin->api().init_info->to_json(p.object, buf.data(), buf.size(), &needed);
+    s = t.init_info_to_json(p.object, buf.data(), buf.size(), &needed);
   }
   if (s != WT_OK)
     throw Error(

@@ -5,6 +5,8 @@
 #include <wt/registry.hpp>
 #include <wt/sdk/errors.hpp>
 
+#include "plugin_table.hpp"
+
 #include <memory>
 #include <string>
 
@@ -16,7 +18,7 @@ struct ParsedInitInfo {
   wt_init_info* object = nullptr;
   ParsedInitInfo(std::shared_ptr<const Plugin> p, wt_init_info* o)
       : plugin(std::move(p)), object(o) {}
-  ~ParsedInitInfo() { plugin->api().init_info->destroy(object); }
+  ~ParsedInitInfo() { plugin->table().destroy_init_info(object); }
   ParsedInitInfo(const ParsedInitInfo&) = delete;
   ParsedInitInfo& operator=(const ParsedInitInfo&) = delete;
 };

@@ -7,6 +7,8 @@
 #include <wt/log.hpp>
 #include <wt/parallel_copy.hpp>
 
+#include "sparse_patches.hpp"
+
 #include <fmt/format.h>
 
 #include <sys/mman.h>
@@ -76,6 +78,97 @@ void Receiver::discard_staged() {
   staged_.clear();
 }
 
+Receiver::Tensor Receiver::take_slot(const std::string& name, uint64_t nbytes) {
+  Tensor slot;
+  auto spare = spare_.find(name);
+  if (spare != spare_.end() && spare->second.nbytes == nbytes) {
+    slot = std::move(spare->second);
+    spare_.erase(spare);
+  } else {
+    slot.data = allocate(nbytes);
+    slot.nbytes = nbytes;
+  }
+  return slot;
+}
+
+// What one receive() delivers into: load() copies, destination()/written() hand the backend a
+// staging slot to fill in place, load_patches() patches a staged copy. Everything lands in
+// staged_, which only finish makes visible; destinations never marked written go back to spares.
+class Receiver::RoundLoader final : public Loader {
+ public:
+  explicit RoundLoader(Receiver& r) : r_(r) {}
+  ~RoundLoader() override {
+    for (auto& [name, t] : pending_) r_.spare_[name] = std::move(t);
+  }
+
+  uint64_t bytes = 0;
+  uint64_t written_in_place = 0;
+
+  void load(std::span<const wt_tensor> tensors) override { bytes += r_.load(tensors); }
+
+  std::optional<DLTensor> destination(const ParamMeta& p) override {
+    if (r_.options_.device.device_type != kDLCPU) return std::nullopt;  // staged in host memory
+    uint64_t nbytes = 0;
+    if (!checked_nbytes(p.shape.data(), static_cast<int32_t>(p.shape.size()), p.dtype, &nbytes))
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("destination for '{}': a bad shape (negative, or too many bytes)",
+                              p.name));
+    auto it = pending_.find(p.name);
+    if (it != pending_.end()) r_.spare_[p.name] = std::move(it->second);
+    Tensor slot = r_.take_slot(p.name, nbytes);
+    slot.dtype = p.dtype;
+    slot.shape = p.shape;
+    Tensor& t = pending_[p.name] = std::move(slot);
+    return DLTensor{t.data.get(), {kDLCPU, 0}, static_cast<int32_t>(t.shape.size()), t.dtype,
+                    t.shape.data(), nullptr, 0};
+  }
+
+  void written(const std::string& name) override {
+    auto it = pending_.find(name);
+    if (it == pending_.end())
+      throw Error(WT_ERR_STATE,
+                  fmt::format("written('{}'): no destination was handed out for it", name));
+    auto old = r_.staged_.find(name);
+    if (old != r_.staged_.end()) r_.spare_[name] = std::move(old->second);
+    bytes += it->second.nbytes;
+    ++written_in_place;
+    ++r_.written_in_place_;
+    r_.staged_[name] = std::move(it->second);
+    pending_.erase(it);
+  }
+
+  void load_patches(std::span<const wt_sparse_patch> patches) override {
+    std::map<std::string, detail::PatchTarget> targets;
+    auto current = [&](const std::string& name) -> const Tensor* {
+      if (auto s = r_.staged_.find(name); s != r_.staged_.end()) return &s->second;
+      if (auto c = r_.committed_.find(name); c != r_.committed_.end()) return &c->second;
+      return nullptr;
+    };
+    detail::validate_patches(patches, [&](const std::string& name) -> const detail::PatchTarget* {
+      const Tensor* t = current(name);
+      if (t == nullptr) return nullptr;
+      return &(targets[name] = detail::PatchTarget{t->dtype, t->shape});
+    });
+    for (const auto& p : patches) {
+      auto staged = r_.staged_.find(p.name);
+      if (staged == r_.staged_.end()) {  // the first patch this round: start from the committed
+        const Tensor& base = r_.committed_.at(p.name);
+        Tensor slot = r_.take_slot(p.name, base.nbytes);
+        slot.dtype = base.dtype;
+        slot.shape = base.shape;
+        std::memcpy(slot.data.get(), base.data.get(), base.nbytes);
+        staged = r_.staged_.emplace(p.name, std::move(slot)).first;
+      }
+      detail::apply_patch(p, staged->second.data.get());
+      bytes += static_cast<uint64_t>(p.indices.shape[0]) * element_size(p.values.dtype);
+    }
+  }
+
+ private:
+  Receiver& r_;
+  std::map<std::string, Tensor> pending_;
+};
+
 void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
   std::lock_guard<std::mutex> l(session_mu_);
   if (!init_info.is_object())
@@ -122,10 +215,11 @@ void Receiver::update_weights(nlohmann::json update_info) {
     std::string text = one->dump();
     update_info = nullptr;  // the engine parses the text: do not keep two copies alive
     const auto t0 = std::chrono::steady_clock::now();
-    uint64_t loaded = 0;
-    engine_->receive(text, [&](std::span<const wt_tensor> t) { loaded += load(t); });
-    logger()->debug("receiver: update loaded {} bytes in {:.3f} s", loaded,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    RoundLoader loader(*this);
+    engine_->receive(text, loader);
+    logger()->debug("receiver: update loaded {} bytes in {:.3f} s ({} written in place)",
+                    loader.bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    loader.written_in_place);
   } catch (...) {
     // vLLM's rule: a failed update ends the session; what this round staged is dropped.
     active_ = false;
@@ -157,15 +251,7 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
       throw Error(WT_ERR_INVALID_ARGUMENT,
                   fmt::format("tensor '{}' has a bad shape (negative, or too many bytes)", t.name));
     repeated |= !names.insert(t.name).second;
-    Tensor slot;
-    auto spare = spare_.find(t.name);
-    if (spare != spare_.end() && spare->second.nbytes == nbytes) {
-      slot = std::move(spare->second);
-      spare_.erase(spare);
-    } else {
-      slot.data = allocate(nbytes);
-      slot.nbytes = nbytes;
-    }
+    Tensor slot = take_slot(t.name, nbytes);
     slot.dtype = d.dtype;
     slot.shape.assign(d.shape, d.shape + d.ndim);
     if (on_host)
@@ -205,6 +291,19 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
   staged_.clear();
   if (weight_version) version_ = weight_version;
   ++rounds_;
+}
+
+void Receiver::end_weight_update(const std::string& reason) {
+  std::lock_guard<std::mutex> l(session_mu_);
+  if (!active_) return;
+  active_ = false;
+  discard_staged();
+  try {
+    engine_->abort();
+  } catch (...) {
+  }
+  logger()->warn("receiver: the trainer ended the weight update{}{}", reason.empty() ? "" : ": ",
+                 reason);
 }
 
 std::optional<std::string> Receiver::weight_version() const {
@@ -278,6 +377,9 @@ void InProcessClient::update_weights(std::string_view j) {
 }
 void InProcessClient::finish_weight_update(const std::optional<std::string>& v) {
   r_.finish_weight_update(v);
+}
+void InProcessClient::end_weight_update(std::string_view reason) {
+  r_.end_weight_update(std::string(reason));
 }
 
 }  // namespace wt

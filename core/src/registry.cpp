@@ -6,9 +6,11 @@
 #include <wt/registry.hpp>
 
 #include "plugin_checks.hpp"
+#include "plugin_table.hpp"
 
 #include <wt/error.hpp>
 #include <wt/log.hpp>
+#include <wt/wt_plugin_v1.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -116,14 +118,16 @@ std::map<std::string, std::string> list_dir(const std::string& dir) {
 
 }  // namespace
 
-Plugin::Plugin(std::shared_ptr<boost::dll::shared_library> lib, const wt_plugin_api* api,
-               std::string path, uint32_t abi_version)
+Plugin::Plugin(std::shared_ptr<boost::dll::shared_library> lib,
+               std::unique_ptr<detail::PluginTable> table, std::string path, std::string backend,
+               std::string version, uint32_t abi_version, uint64_t capabilities)
     : lib_(std::move(lib)),
-      api_(api),
+      table_(std::move(table)),
       path_(std::move(path)),
-      backend_(api->backend),
-      version_(api->plugin_version ? api->plugin_version : "unknown"),
-      abi_version_(abi_version) {
+      backend_(std::move(backend)),
+      version_(std::move(version)),
+      abi_version_(abi_version),
+      capabilities_(capabilities) {
   auto l = logger("wt." + backend_);
   host_.struct_size = sizeof(wt_host_api);
   host_.abi_version = WT_ABI_VERSION;
@@ -135,6 +139,7 @@ Plugin::Plugin(std::shared_ptr<boost::dll::shared_library> lib, const wt_plugin_
 // Never dlclose (see registry.hpp): a library outlives every Plugin made from it, so code and
 // static data of an unloaded plugin can never be reached through a stale pointer.
 Plugin::~Plugin() {
+  table_.reset();
   static std::mutex mu;
   static auto* kept = new std::vector<std::shared_ptr<boost::dll::shared_library>>();
   std::lock_guard<std::mutex> lock(mu);
@@ -170,14 +175,21 @@ std::shared_ptr<const Plugin> load_plugin_file(const std::string& path,
                 fmt::format("plugin {} speaks wt ABI version {}, but this libwt speaks ABI "
                             "versions {} to {}; rebuild the plugin against a matching wt",
                             path, plugin_abi, WT_ABI_MIN_SUPPORTED, WT_ABI_VERSION));
+  // Version 1 tables have the same layout as version 2 ones (only the slots' arguments differ),
+  // so one validation serves both; plugin_table_v1.cpp pins that.
   if (api == nullptr)
     throw Error(WT_ERR_INCOMPATIBLE,
                 fmt::format("plugin {} returned WT_OK but no API table", path));
   detail::validate_api(api, plugin_abi, path, backend);
   // From here on the table, its strings and its vtables are known to be readable.
-  logger()->debug("loaded plugin {} (backend {}, version {}, ABI {})", path, backend,
-                  api->plugin_version ? api->plugin_version : "?", plugin_abi);
-  return std::make_shared<const Plugin>(std::move(lib), api, path, plugin_abi);
+  std::string version = api->plugin_version ? api->plugin_version : "unknown";
+  logger()->debug("loaded plugin {} (backend {}, version {}, ABI {})", path, backend, version,
+                  plugin_abi);
+  auto table = plugin_abi == 1
+                   ? detail::table_v1(reinterpret_cast<const wt_plugin_api_v1*>(api))
+                   : detail::table_v2(api);
+  return std::make_shared<const Plugin>(std::move(lib), std::move(table), path, backend,
+                                        std::move(version), plugin_abi, api->capabilities);
 }
 
 PluginInfo probe_plugin_file(const std::string& path, const std::string& backend) {

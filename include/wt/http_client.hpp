@@ -4,6 +4,9 @@
 //   POST {base}/start_weight_update          no body
 //   POST {base}/update_weights               {"update_info": <update_info>}
 //   POST {base}/finish_weight_update         {"weight_version": v} when given, else no body
+//   POST {base}/end_weight_update            {"reason": r}   (wt serve; a server without this
+//                                            route, such as vLLM, gets the fallback of
+//                                            Client::end_weight_update instead, remembered)
 // Every call has a deadline (default 300 s, as vLLM's). A non-2xx answer throws wt::Error
 // (WT_ERR_REMOTE) carrying the status and the server's message; a deadline, WT_ERR_TIMEOUT.
 #pragma once
@@ -13,7 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <atomic>
+#include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +45,9 @@ class HttpClient : public Client {
   void start_weight_update() override;
   void update_weights(std::string_view update_info_json) override;
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
+  void end_weight_update(std::string_view reason) override;
+  // Closes the connections of calls in flight; they throw WT_ERR_ABORTED.
+  void abort_calls() override;
 
   // wt serve's extras, for verification.
   std::map<std::string, std::string> weight_checksums();
@@ -47,12 +56,17 @@ class HttpClient : public Client {
   const std::string& base_url() const { return base_; }
 
  private:
-  nlohmann::json post(const std::string& path, const std::string* body);
+  // With not_found given, an HTTP 404 sets it instead of throwing.
+  nlohmann::json post(const std::string& path, const std::string* body,
+                      bool* not_found = nullptr);
   std::string base_;
   Options options_;
   // Kept-alive connections not in use; a call takes one (or opens one) and puts it back.
   std::mutex mu_;
   std::vector<std::unique_ptr<httplib::Client>> idle_;
+  std::set<httplib::Client*> in_flight_;  // for abort_calls()
+  uint64_t aborts_ = 0;                   // abort_calls() so far, guarded by mu_
+  std::atomic<bool> no_end_route_{false};
 };
 
 }  // namespace wt

@@ -10,6 +10,8 @@
 //        -> {"message": "Weights updated"}
 //   POST /finish_weight_update             body absent, or {"weight_version": "..." | null}
 //        -> {"message": "Weight update finished"}
+//   POST /end_weight_update  (wt's own)    body absent, or {"reason": "..."}
+//        -> {"message": "Weight update ended"}   (also when none was active)
 //   POST /update_weight_version            {"new_version": "..."}
 //        -> {"success": true, "new_version": "..."}
 //   GET  /weight_info                      -> {"weight_version": "..." | null}

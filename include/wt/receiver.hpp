@@ -61,6 +61,9 @@ class Receiver {
   // One update_info object, or a list with one object per worker (this receiver is one worker).
   void update_weights(nlohmann::json update_info);
   void finish_weight_update(const std::optional<std::string>& weight_version);
+  // Ends the current update, if any: the engine is aborted, what the round staged is dropped, the
+  // session ends (the next start is accepted). The committed weights stay as they were.
+  void end_weight_update(const std::string& reason);
 
   const std::string& backend() const { return options_.backend; }
   unsigned load_threads() const { return load_threads_; }
@@ -75,10 +78,15 @@ class Receiver {
   std::optional<std::vector<unsigned char>> bytes_of(const std::string& name) const;
   uint64_t committed_bytes() const;
   uint64_t rounds_finished() const;
+  // Tensors a worker engine wrote straight into this receiver's memory (the loader's destination
+  // path) rather than handing them to load(), since creation.
+  uint64_t tensors_written_in_place() const { return written_in_place_.load(); }
 
  private:
+  class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches
   uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
   void discard_staged();                              // staged tensors become spares
+  Tensor take_slot(const std::string& name, uint64_t nbytes);  // a spare of that size, or new
 
   Options options_;
   unsigned load_threads_;
@@ -89,6 +97,7 @@ class Receiver {
   mutable std::mutex state_mu_;
   std::unique_ptr<WorkerEngine> engine_;
   std::atomic<bool> active_{false};
+  std::atomic<uint64_t> written_in_place_{0};
   std::map<std::string, Tensor> staged_, spare_;
   std::map<std::string, Tensor> committed_;
   std::optional<std::string> version_;
@@ -103,6 +112,7 @@ class InProcessClient : public Client {
   void start_weight_update() override;
   void update_weights(std::string_view update_info_json) override;
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
+  void end_weight_update(std::string_view reason) override;
 
  private:
   Receiver& r_;

@@ -34,26 +34,34 @@ class shared_library;
 
 namespace wt {
 
+namespace detail {
+class PluginTable;
+}
+
 // A loaded, validated plugin.
 class Plugin {
  public:
-  Plugin(std::shared_ptr<boost::dll::shared_library> lib, const wt_plugin_api* api,
-         std::string path, uint32_t abi_version);
+  Plugin(std::shared_ptr<boost::dll::shared_library> lib,
+         std::unique_ptr<detail::PluginTable> table, std::string path, std::string backend,
+         std::string version, uint32_t abi_version, uint64_t capabilities);
   ~Plugin();
-  const wt_plugin_api& api() const { return *api_; }
+  // The plugin's table in the current ABI, whatever version the plugin speaks (libwt internal).
+  const detail::PluginTable& table() const { return *table_; }
   const std::string& backend() const { return backend_; }
   const std::string& path() const { return path_; }
   const std::string& version() const { return version_; }
+  // The ABI version the plugin negotiated (1 is served through the host's adapter).
   uint32_t abi_version() const { return abi_version_; }
-  uint64_t capabilities() const { return api_->capabilities; }
+  uint64_t capabilities() const { return capabilities_; }
   // The services handed to this plugin's objects (logging to "wt.<backend>").
   const wt_host_api* host() const { return &host_; }
 
  private:
   std::shared_ptr<boost::dll::shared_library> lib_;
-  const wt_plugin_api* api_;
+  std::unique_ptr<detail::PluginTable> table_;
   std::string path_, backend_, version_;
   uint32_t abi_version_;
+  uint64_t capabilities_;
   wt_host_api host_{};
 };
 

@@ -1,5 +1,7 @@
 /*
  * wt_plugin.h — the stable C ABI between libwt (the host) and a weight-transfer backend plugin.
+ * This is ABI version 2. Version 1 (wt 0.1.0) is described in <wt/wt_plugin_v1.h>; plugins built
+ * against it keep loading, through an adapter inside the host.
  *
  * Read this first if you write a backend. It is plain C99 and needs only <stdint.h>, <stddef.h>
  * and DLPack's <dlpack/dlpack.h>, so you may copy it into your own tree.
@@ -14,8 +16,9 @@
  *                             const wt_plugin_api** api);
  *
  * libwt loads it lazily, the first time a trainer or worker engine of that backend is created,
- * with RTLD_NOW | RTLD_LOCAL, and never unloads it while an engine exists. Everything else the
- * plugin offers is reached through the table it returns.
+ * with RTLD_NOW | RTLD_LOCAL, and never unloads it. Everything else the plugin offers is reached
+ * through the table it returns. Deploying a plugin is copying that one file into a directory on
+ * the plugin search path (WT_PLUGIN_PATH, a config's plugin_dirs, or <libdir>/wt/plugins).
  *
  * ------------------------------------------------------------------------------------------------
  * Version negotiation (both ways)
@@ -25,8 +28,10 @@
  *     implements that is <= host_abi_version, or its oldest one if even that is newer;
  *   - returns WT_OK and sets *api when it can speak a version <= host_abi_version, otherwise
  *     returns WT_ERR_INCOMPATIBLE and leaves *api untouched.
- * The host then rejects the plugin if that version is below WT_ABI_MIN_SUPPORTED. Both version
- * numbers appear in the error a user sees.
+ * The table it returns is the one of the version it wrote (a version-1 plugin returns the table of
+ * <wt/wt_plugin_v1.h>). The host rejects a version below WT_ABI_MIN_SUPPORTED or above its own,
+ * naming both. A host turns every accepted version into its current one, so a plugin never needs
+ * to serve more than one version — but it may (the C++ SDK can serve versions 1 and 2).
  *
  * ------------------------------------------------------------------------------------------------
  * Rules every struct and call follows
@@ -35,20 +40,31 @@
  *    abi_version;  set by whoever fills it (sizeof of its own build, WT_ABI_VERSION of its own
  *    headers). A reader looks only at fields that lie inside struct_size and calls a function slot
  *    only if it lies inside struct_size AND is non-NULL. Structs only ever grow at the end; the
- *    layout of every shipped version is frozen by tests (see tests/abi_layout_test.c).
- * 2. No C++ types and no exceptions cross this boundary. Every fallible call returns a wt_status.
+ *    layout of every shipped version is frozen by tests (tests/abi_layout_test.cpp).
+ * 2. Arrays of structs (wt_tensor, wt_param_meta, wt_sparse_patch) are stepped by the struct_size
+ *    of their elements, never by the reader's own sizeof: every element of one array has the same
+ *    struct_size, and WT_ELEMENT() below does the stepping. A struct filled through an
+ *    out-parameter is sized by the caller: the caller sets out->struct_size to the size of the
+ *    struct it allocated, and the callee writes no byte beyond it (and leaves struct_size as the
+ *    number of bytes it filled).
+ * 3. No C++ types and no exceptions cross this boundary. Every fallible call returns a wt_status.
  *    The human-readable detail is either a message owned by the object (xxx_last_error, valid
- *    until the next call on that object) or, for calls that create an object, written into a
- *    caller-provided buffer (char* err, size_t err_cap; always NUL-terminated, truncated to fit).
- * 3. Whoever creates an object destroys it. destroy(NULL) is a no-op. On failure, out-parameters
+ *    until the next call on that object other than abort) or, for calls that create an object,
+ *    written into a caller-provided buffer (char* err, size_t err_cap; always NUL-terminated,
+ *    truncated to fit).
+ * 4. Whoever creates an object destroys it. destroy(NULL) is a no-op. On failure, out-parameters
  *    are left untouched.
- * 4. Memory the caller passes in (strings, arrays, tensors) is borrowed for the duration of the
+ * 5. Memory the caller passes in (strings, arrays, tensors) is borrowed for the duration of the
  *    call unless a comment says otherwise. Copy what you keep.
- * 5. Plugins keep no global mutable state: all state hangs off the objects they create, and
+ * 6. Plugins keep no global mutable state: all state hangs off the objects they create, and
  *    services such as logging come from the wt_host_api passed to every create call.
- * 6. Every blocking wait has a deadline, and the abort slots are safe to call from another thread
- *    while a call on the same engine is blocked; that call then returns WT_ERR_ABORTED.
- * 7. Strings are UTF-8 and NUL-terminated. JSON payloads are UTF-8 JSON text.
+ * 7. Every blocking wait has a deadline, and the abort slots are safe to call from another thread
+ *    while a call on the same engine is blocked; that call then returns WT_ERR_ABORTED. abort
+ *    never changes what last_error returns.
+ * 8. Strings are UTF-8 and NUL-terminated. JSON payloads are UTF-8 JSON text.
+ * 9. The host enforces the capability bits before it calls a plugin: it never hands patches to a
+ *    dense backend, a source to a delta backend, a CUDA worker or CUDA tensor to a backend without
+ *    WT_CAP_CUDA_MEMORY, nor host memory to one without WT_CAP_HOST_MEMORY.
  */
 #ifndef WT_PLUGIN_H
 #define WT_PLUGIN_H
@@ -63,7 +79,7 @@ extern "C" {
 #endif
 
 /* The ABI version these headers describe, and the oldest plugin ABI this host still accepts. */
-#define WT_ABI_VERSION 1u
+#define WT_ABI_VERSION 2u
 #define WT_ABI_MIN_SUPPORTED 1u
 
 /* The only symbol a plugin exports. */
@@ -75,33 +91,37 @@ extern "C" {
 #define WT_PLUGIN_EXPORT
 #endif
 
+/* Element i of an array of growable structs (rule 2): steps by the elements' own struct_size. */
+#define WT_ELEMENT(type, array, i) \
+  ((const type*)((const char*)(array) + (size_t)(i) * (size_t)(array)->struct_size))
+
 /* ------------------------------------------------------------------------------------------------
  * Status codes. Values are stable forever; a host treats an unknown value like WT_ERR_INTERNAL.
  * --------------------------------------------------------------------------------------------- */
 typedef int32_t wt_status;
 
 #define WT_OK 0
-#define WT_ERR_INVALID_ARGUMENT \
-  1                           /* bad input: a field, a payload, a tensor; the message names it */
-#define WT_ERR_INCOMPATIBLE 2 /* ABI version, capability or wire-format mismatch */
-#define WT_ERR_UNSUPPORTED 3  /* not built in, or not possible here (e.g. CUDA without a GPU) */
-#define WT_ERR_STATE 4        /* called out of order (e.g. receive before start) */
-#define WT_ERR_SYSTEM 5       /* an operating-system call failed (shared memory, sockets) */
-#define WT_ERR_DEVICE 6       /* a CUDA or NCCL call failed */
-#define WT_ERR_TIMEOUT 7      /* a deadline passed */
-#define WT_ERR_ABORTED 8      /* abort() was called */
-#define WT_ERR_REMOTE 9       /* the other side (a client RPC, a peer) reported a failure */
-#define WT_ERR_NOT_FOUND 10   /* a named thing (backend, tensor, handle) does not exist */
-#define WT_ERR_INTERNAL 11    /* a bug, or an unexpected exception inside the plugin */
+#define WT_ERR_INVALID_ARGUMENT 1 /* bad input: a field, a payload, a tensor; the message names it */
+#define WT_ERR_INCOMPATIBLE 2     /* ABI version, capability or wire-format mismatch */
+#define WT_ERR_UNSUPPORTED 3      /* not built in, or not possible here (CUDA without a GPU) */
+#define WT_ERR_STATE 4            /* called out of order (e.g. receive before start) */
+#define WT_ERR_SYSTEM 5           /* an operating-system call failed (shared memory, sockets) */
+#define WT_ERR_DEVICE 6           /* a CUDA or NCCL call failed */
+#define WT_ERR_TIMEOUT 7          /* a deadline passed */
+#define WT_ERR_ABORTED 8          /* abort() was called */
+#define WT_ERR_REMOTE 9           /* the other side (a client RPC, a peer) reported a failure */
+#define WT_ERR_NOT_FOUND 10       /* a named thing (backend, tensor, handle) does not exist */
+#define WT_ERR_INTERNAL 11        /* a bug, or an unexpected exception inside the plugin */
+#define WT_ERR_BUFFER_TOO_SMALL 12 /* since ABI 2: a caller's buffer cannot hold the answer; the \
+                                      size needed was written where the call says */
 
 /* ------------------------------------------------------------------------------------------------
- * Capability bits a plugin declares in wt_plugin_api.capabilities. The host checks them before use.
+ * Capability bits a plugin declares in wt_plugin_api.capabilities. The host enforces them (rule 9).
  * --------------------------------------------------------------------------------------------- */
 #define WT_CAP_TRAINER (1ull << 0)     /* implements the trainer engine vtable */
 #define WT_CAP_WORKER (1ull << 1)      /* implements the worker engine vtable */
-#define WT_CAP_HOST_MEMORY (1ull << 2) /* moves tensors in host memory (kDLCPU) */
-#define WT_CAP_CUDA_MEMORY (1ull << 3) /* moves tensors in CUDA memory (kDLCUDA); built with CUDA \
-                                        */
+#define WT_CAP_HOST_MEMORY (1ull << 2) /* moves tensors in host memory (kDLCPU, kDLCUDAHost) */
+#define WT_CAP_CUDA_MEMORY (1ull << 3) /* moves tensors in CUDA memory (kDLCUDA) */
 #define WT_CAP_SPARSE (1ull << 4)      /* delta backend: send_weights takes patches, no source */
 #define WT_CAP_PACKED (1ull << 5)      /* supports packed (bucketed) transfer */
 
@@ -117,7 +137,7 @@ typedef int32_t wt_status;
 
 /* ------------------------------------------------------------------------------------------------
  * Services the host gives the plugin, passed to every create call. Valid for the lifetime of the
- * object created with it.
+ * object created with it. (Unchanged since ABI 1.)
  * --------------------------------------------------------------------------------------------- */
 typedef struct wt_host_api {
   uint32_t struct_size;
@@ -131,26 +151,42 @@ typedef struct wt_host_api {
 
 /* ------------------------------------------------------------------------------------------------
  * Tensors: a name plus a DLPack DLTensor. strides == NULL means compact row-major. The data is
- * borrowed: see each call for how long it stays valid.
+ * borrowed: see each call for how long it stays valid. Growable (rule 2) since ABI 2.
  * --------------------------------------------------------------------------------------------- */
 typedef struct wt_tensor {
+  uint32_t struct_size;
+  uint32_t abi_version;
   const char* name;
   DLTensor tensor;
 } wt_tensor;
 
-/* What metadata() declares about one parameter: the wire dtype and the full shape. */
+/* What metadata() declares about one parameter, and what a destination query asks for: the
+ * dtype and the full shape. Growable (rule 2) since ABI 2. */
 typedef struct wt_param_meta {
+  uint32_t struct_size;
+  uint32_t abi_version;
   const char* name;
   DLDataType dtype;
   int32_t ndim;
   const int64_t* shape; /* ndim entries; ndim == 0 is a scalar */
 } wt_param_meta;
 
+/* One delta patch: values to write at flat indices of a full parameter. Growable since ABI 2. */
+typedef struct wt_sparse_patch {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const char* name;
+  DLTensor indices;          /* 1-D int32 flat (row-major) indices into the full tensor */
+  DLTensor values;           /* 1-D, as many elements as indices, the parameter's dtype */
+  int32_t full_ndim;         /* -1: not given (every sparse backend refuses that) */
+  const int64_t* full_shape; /* full_ndim entries */
+} wt_sparse_patch;
+
 /* ------------------------------------------------------------------------------------------------
- * Client (implemented by the host): the four control-plane calls to the inference side, with
- * vLLM's JSON payloads. Each call reaches every inference replica and returns only when all of
- * them are done. On failure it returns a non-OK status and writes the reason into err.
- * update_weights may be called from a thread other than the one that called start.
+ * Client (implemented by the host): the control-plane calls to the inference side, with vLLM's
+ * JSON payloads. Each call reaches every inference replica and returns only when all of them are
+ * done. On failure it returns a non-OK status and writes the reason into err. Every slot may be
+ * called from any thread, and a call blocked when the engine is aborted returns WT_ERR_ABORTED.
  * --------------------------------------------------------------------------------------------- */
 typedef struct wt_client {
   uint32_t struct_size;
@@ -165,6 +201,11 @@ typedef struct wt_client {
   /* weight_version may be NULL: no version. */
   wt_status (*finish_weight_update)(void* ctx, const char* weight_version, char* err,
                                     size_t err_cap);
+  /* ---- ABI 2 ---- */
+  /* Ends the current update after a trainer-side failure: the inference side drops what the round
+   * delivered, keeps the weights it had, and its session ends, so the next start is accepted.
+   * `reason` (may be NULL) is logged there. Ending when no update is active is not an error. */
+  wt_status (*end_weight_update)(void* ctx, const char* reason, char* err, size_t err_cap);
 } wt_client;
 
 /* ------------------------------------------------------------------------------------------------
@@ -178,11 +219,13 @@ typedef struct wt_weight_source {
   uint32_t struct_size;
   uint32_t abi_version;
   void* ctx;
-  /* *params is owned by the source and valid until the next metadata() call or end(). */
+  /* *params is an array of growable elements (step with WT_ELEMENT), owned by the source and
+   * valid until the next metadata() call or end(). */
   wt_status (*metadata)(void* ctx, const wt_param_meta** params, size_t* count, char* err,
                         size_t err_cap);
   wt_status (*begin)(void* ctx, char* err, size_t err_cap);
-  /* Sets *done = 1 (and leaves *out untouched) when the pass is exhausted. */
+  /* The caller sets out->struct_size first (rule 2). Sets *done = 1 (and leaves *out untouched)
+   * when the pass is exhausted. */
   wt_status (*next)(void* ctx, wt_tensor* out, int32_t* done, char* err, size_t err_cap);
   void (*end)(void* ctx);
 } wt_weight_source;
@@ -190,6 +233,7 @@ typedef struct wt_weight_source {
 /* ------------------------------------------------------------------------------------------------
  * Trainer group (implemented by the host): the trainer ranks that call trainer_init together,
  * e.g. the FSDP ranks colocated with one inference engine. Collectives have a deadline.
+ * (Unchanged since ABI 1.)
  * --------------------------------------------------------------------------------------------- */
 typedef void (*wt_bytes_sink)(void* sink_ctx, int32_t rank, const void* data, size_t len);
 
@@ -207,57 +251,100 @@ typedef struct wt_trainer_group {
 } wt_trainer_group;
 
 /* ------------------------------------------------------------------------------------------------
- * Per-round input to send_weights.
+ * Trainer side: what create and each round get.
  * --------------------------------------------------------------------------------------------- */
-typedef struct wt_sparse_patch {
-  const char* name;
-  DLTensor indices;          /* 1-D int32 flat indices into the full tensor */
-  DLTensor values;           /* 1-D, same length as indices, the parameter's dtype */
-  int32_t full_ndim;         /* -1: not given (an error for every sparse backend) */
-  const int64_t* full_shape; /* full_ndim entries */
-} wt_sparse_patch;
+typedef struct wt_init_info wt_init_info;
+typedef struct wt_trainer wt_trainer;
+typedef struct wt_worker wt_worker;
+
+typedef struct wt_trainer_create_args {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  const wt_host_api* host;
+  const wt_init_info* info;       /* made by this plugin's init_info.parse_json */
+  const wt_client* client;        /* always given */
+  const wt_weight_source* source; /* full-resync backends: always given; delta backends: NULL */
+  const wt_trainer_group* group;  /* NULL for a one-rank trainer */
+} wt_trainer_create_args;
 
 typedef struct wt_send_args {
   uint32_t struct_size;
   uint32_t abi_version;
   const char* weight_version; /* passed to finish_weight_update; may be NULL */
-  /* Delta backends (WT_CAP_SPARSE) only: this round's patches. Dense backends reject them. */
+  /* Delta backends (WT_CAP_SPARSE) only: this round's patches (growable elements). */
   const wt_sparse_patch* patches;
   size_t num_patches;
+  /* ---- ABI 2 ---- */
+  /* The cudaStream_t that produced this round's CUDA tensors (NULL: the legacy default stream).
+   * The backend orders its reads after the work queued there instead of synchronising the whole
+   * device. */
+  void* stream;
 } wt_send_args;
 
 /* ------------------------------------------------------------------------------------------------
- * Worker side: the options a worker is created with, and the callback that loads what arrived.
+ * Worker side: create arguments, and the loader that takes what arrived.
  * --------------------------------------------------------------------------------------------- */
-typedef struct wt_worker_options {
+typedef struct wt_worker_create_args {
   uint32_t struct_size;
   uint32_t abi_version;
-  DLDevice device; /* where this worker keeps its weights: kDLCPU, or kDLCUDA with its index */
-} wt_worker_options;
+  const wt_host_api* host;
+  const char* init_info_json; /* what the trainer shipped through init_weight_transfer_engine */
+  DLDevice device;            /* where this worker keeps its weights: kDLCPU, or kDLCUDA + index */
+  void* stream;               /* the cudaStream_t the model uses (NULL: legacy default stream) */
+  /* Receiver-side backend options as a JSON object ("{}" or NULL: none), e.g. the backend keys of
+   * `wt serve --weight-transfer-config`. Parsed as strictly as the init info. */
+  const char* backend_options_json;
+} wt_worker_create_args;
 
-/* Called by receive with a batch of received tensors. The tensors are valid only during the call:
- * copy them into the model. Return WT_OK, or an error with a reason in err. */
-typedef wt_status (*wt_load_fn)(void* load_ctx, const wt_tensor* tensors, size_t count, char* err,
-                                size_t err_cap);
+/* The loader: how received weights reach the model. The host implements it; receive() gets one
+ * per call. Slots are called from the thread running receive, or from threads receive waits for
+ * before it returns, never two at once. Validate the whole update before loading anything: a
+ * rejected update must change nothing.
+ *
+ * Two ways to deliver a tensor:
+ *   - load(): hand over a batch of tensors in the backend's own memory; the host copies them.
+ *   - destination() then written(): ask for the receiver's own memory for one parameter, write
+ *     the bytes straight into it (a broadcast, a copy out of shared memory), then say so. The
+ *     memory is compact row-major, exactly the parameter's size, and valid until receive returns.
+ *     A destination that is never marked written is dropped. A host that has no destination for a
+ *     name answers *found = 0: use load() for it. The reference receiver answers with a staging
+ *     area, so a failed round still changes none of the weights the model serves.
+ * Delta backends deliver patches with load_patches(); the host validates and applies them. */
+typedef struct wt_loader {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void* ctx;
+  /* A batch of tensors, valid only during the call (growable elements). */
+  wt_status (*load)(void* ctx, const wt_tensor* tensors, size_t count, char* err, size_t err_cap);
+  /* A batch of patches, valid only during the call (growable elements). The host refuses the
+   * whole batch (out-of-range or duplicate index, wrong dtype or full_shape) before applying any. */
+  wt_status (*load_patches)(void* ctx, const wt_sparse_patch* patches, size_t count, char* err,
+                            size_t err_cap);
+  /* Memory to write `param` into. On WT_OK with *found = 1, *out describes it (data, device,
+   * ndim/shape/dtype equal to param's, strides NULL); with *found = 0, *out is untouched. */
+  wt_status (*destination)(void* ctx, const wt_param_meta* param, DLTensor* out, int32_t* found,
+                           char* err, size_t err_cap);
+  /* The destination handed out for `name` now holds its bytes. */
+  wt_status (*written)(void* ctx, const char* name, char* err, size_t err_cap);
+} wt_loader;
 
 /* ------------------------------------------------------------------------------------------------
- * Opaque objects created by the plugin.
+ * Vtables of the objects a plugin creates.
  * --------------------------------------------------------------------------------------------- */
-typedef struct wt_init_info wt_init_info;
-typedef struct wt_trainer wt_trainer;
-typedef struct wt_worker wt_worker;
 
 /* InitInfo: the trainer-side configuration of one backend (rank, wire parameters, endpoints). */
 typedef struct wt_init_info_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
   /* Strict parse of a JSON object holding the backend's fields (the "backend" key itself may be
-   * present and must then name this backend). Unknown keys and wrong types are errors that name
-   * the key. */
+   * present and must then name this backend). Unknown keys and wrong types are errors. When the
+   * error is about one field, its name (the top-level key) is written into `field` (NUL-terminated,
+   * truncated to field_cap), so a host can point at the line of a config file; otherwise field
+   * is set to "". `field` may be NULL. */
   wt_status (*parse_json)(const wt_host_api* host, const char* json, wt_init_info** out, char* err,
-                          size_t err_cap);
+                          size_t err_cap, char* field, size_t field_cap);
   /* Writes the canonical JSON (every field, defaults filled in) into buf when it fits, and the
-   * needed size including the NUL into *needed; returns WT_ERR_INVALID_ARGUMENT if cap was too
+   * needed size including the NUL into *needed; returns WT_ERR_BUFFER_TOO_SMALL if cap was too
    * small. */
   wt_status (*to_json)(const wt_init_info* info, char* buf, size_t cap, size_t* needed);
   int64_t (*rank)(const wt_init_info* info);
@@ -269,32 +356,30 @@ typedef struct wt_init_info_vtable {
 typedef struct wt_trainer_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
-  /* Every trainer rank calls create with its own init info. The sender ships the worker init info
-   * through client->init_weight_transfer_engine; other ranks make no RPC. source is required by
-   * full-resync backends and refused by delta backends; group may be NULL for a one-rank trainer.
-   * client, source and group are borrowed for the lifetime of the engine. */
-  wt_status (*create)(const wt_host_api* host, const wt_init_info* info, const wt_client* client,
-                      const wt_weight_source* source, const wt_trainer_group* group,
-                      wt_trainer** out, char* err, size_t err_cap);
-  /* One round: start -> update(s) -> finish on the sender. Nothing is in flight on return.
-   * args may be NULL (no version, no patches). */
+  /* Every trainer rank calls create. The sender ships the worker init info through
+   * client->init_weight_transfer_engine; other ranks make no RPC. Everything args points at is
+   * borrowed for the lifetime of the engine (args itself only for the call). */
+  wt_status (*create)(const wt_trainer_create_args* args, wt_trainer** out, char* err,
+                      size_t err_cap);
+  /* One round: start -> update(s) -> finish on the sender. Nothing is in flight on return. After a
+   * failure that began on this side, end the inference side's update with
+   * client->end_weight_update. args may be NULL (no version, no patches, default stream). */
   wt_status (*send_weights)(wt_trainer* engine, const wt_send_args* args);
   wt_status (*abort)(wt_trainer* engine);
   const char* (*last_error)(const wt_trainer* engine);
   void (*destroy)(wt_trainer* engine);
 } wt_trainer_vtable;
 
-/* Worker engine: the inference side. init from what the trainer shipped, then per round
+/* Worker engine: the inference side. create from what the trainer shipped, then per round
  * start -> receive (one or more update_info payloads) -> finish. */
 typedef struct wt_worker_vtable {
   uint32_t struct_size;
   uint32_t abi_version;
-  wt_status (*create)(const wt_host_api* host, const char* init_info_json,
-                      const wt_worker_options* options, wt_worker** out, char* err, size_t err_cap);
+  wt_status (*create)(const wt_worker_create_args* args, wt_worker** out, char* err,
+                      size_t err_cap);
   wt_status (*start)(wt_worker* engine);
-  /* Validates the whole update before calling load at all, so a rejected update loads nothing. */
-  wt_status (*receive)(wt_worker* engine, const char* update_info_json, wt_load_fn load,
-                       void* load_ctx);
+  /* Validates the whole update before loading anything, so a rejected update loads nothing. */
+  wt_status (*receive)(wt_worker* engine, const char* update_info_json, const wt_loader* loader);
   wt_status (*finish)(wt_worker* engine);
   wt_status (*abort)(wt_worker* engine);
   const char* (*last_error)(const wt_worker* engine);
@@ -308,13 +393,13 @@ typedef struct wt_plugin_api {
   uint32_t struct_size;
   uint32_t abi_version;
   const char* backend;                  /* must equal the <backend> of libwt_<backend>.so */
-  const char* plugin_version;           /* the plugin's own semantic version, e.g. "1.2.0" */
+  const char* plugin_version;           /* the plugin's own version, e.g. "1.2.0" */
   uint64_t capabilities;                /* WT_CAP_* bits */
   const wt_init_info_vtable* init_info; /* mandatory */
   const wt_trainer_vtable* trainer;     /* mandatory with WT_CAP_TRAINER */
   const wt_worker_vtable* worker;       /* mandatory with WT_CAP_WORKER */
+  /* A later ABI appends fields here, never above. */
 } wt_plugin_api;
-/* ---- End of ABI version 1. Append new fields and slots below this line only. ---- */
 
 typedef wt_status (*wt_plugin_get_fn)(uint32_t host_abi_version, uint32_t* plugin_abi_version,
                                       const wt_plugin_api** api);

@@ -114,6 +114,10 @@ void synchronize(int device) {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
+void synchronize_stream(void* stream) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
 Imported::Imported(const std::string& handle_b64, int device) : device_(device) {
   std::string raw = base64_decode(handle_b64, "CUDA IPC handle");
   cudaIpcMemHandle_t h{};
@@ -161,6 +165,9 @@ void copy(void*, const void*, std::size_t) {
   unsupported();
 }
 void synchronize(int) {
+  unsupported();
+}
+void synchronize_stream(void*) {
   unsupported();
 }
 Imported::Imported(const std::string&, int) {

@@ -42,9 +42,11 @@ class DeviceBuffer {
   int device_ = 0;
 };
 
-// cudaMemcpy (any direction) and a device-wide synchronize.
+// cudaMemcpy (any direction), a device-wide synchronize, and waiting for one stream (the one that
+// produced the tensors, when the host names it: cheaper than the whole device).
 void copy(void* dst, const void* src, std::size_t n);
 void synchronize(int device);
+void synchronize_stream(void* stream);
 
 // A handle opened in this process (cudaIpcOpenMemHandle); closed on destruction.
 class Imported {

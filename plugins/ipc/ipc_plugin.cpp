@@ -7,19 +7,15 @@
 
 namespace {
 
-std::unique_ptr<wt::sdk::TrainerBase> make_trainer(const wt_host_api* host,
-                                                   const wt::sdk::InitInfoBase& info,
-                                                   wt::sdk::ClientRef client,
-                                                   wt::sdk::SourceRef source,
-                                                   wt::sdk::GroupRef group) {
-  return std::make_unique<wt::ipc::IpcTrainer>(host, static_cast<const wt::ipc::IpcInitInfo&>(info),
-                                               client, source, group);
+std::unique_ptr<wt::sdk::TrainerBase> make_trainer(const wt::sdk::TrainerContext& context,
+                                                   const wt::sdk::InitInfoBase& info) {
+  return std::make_unique<wt::ipc::IpcTrainer>(context,
+                                               static_cast<const wt::ipc::IpcInitInfo&>(info));
 }
 
-std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt_host_api* host,
-                                                 const nlohmann::json& init,
-                                                 const wt_worker_options& options) {
-  return std::make_unique<wt::ipc::IpcWorker>(host, init, options);
+std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt::sdk::WorkerContext& context,
+                                                 const nlohmann::json& init) {
+  return std::make_unique<wt::ipc::IpcWorker>(context, init);
 }
 
 constexpr uint64_t kCapabilities = WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY |

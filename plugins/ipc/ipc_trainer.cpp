@@ -59,13 +59,12 @@ std::string key_for(int cuda_device) {
 
 }  // namespace
 
-IpcTrainer::IpcTrainer(const wt_host_api* host, const IpcInitInfo& info, sdk::ClientRef client,
-                       sdk::SourceRef source, sdk::GroupRef group)
-    : log_(host, "[ipc] "),
+IpcTrainer::IpcTrainer(const sdk::TrainerContext& context, const IpcInitInfo& info)
+    : log_(context.host, "[ipc] "),
       info_(info),
-      client_(client),
-      source_(source),
-      group_(group),
+      client_(context.client),
+      source_(context.source),
+      group_(context.group),
       sender_(info.is_sender()),
       copy_threads_(info.copy_threads > 0 ? static_cast<unsigned>(info.copy_threads)
                                           : default_copy_threads()) {
@@ -88,10 +87,11 @@ void IpcTrainer::check_not_aborted() const {
   if (aborted_) fail(WT_ERR_ABORTED, "the ipc trainer engine was aborted");
 }
 
-void IpcTrainer::send_weights(const wt_send_args& args) {
+void IpcTrainer::send_weights(const sdk::SendArgs& args) {
   check_not_aborted();
-  if (args.num_patches > 0)
+  if (!args.patches.empty())
     fail(WT_ERR_INVALID_ARGUMENT, "ipc is a full-resync backend: send_weights takes no patches");
+  stream_ = args.stream;
   // A failed round never joins an in-flight RPC, and drops every segment: a worker that failed may
   // not hold mappings of the old (already unlinked) ones, so the next round exports fresh ones.
   auto give_up = [this] {
@@ -133,7 +133,7 @@ void IpcTrainer::release_all() {
   by_name_.clear();
 }
 
-void IpcTrainer::round(const wt_send_args& args) {
+void IpcTrainer::round(const sdk::SendArgs& args) {
   sent_ = completed_ = 0;
   update_failed_ = first_update_failed_ = false;
   pack_s_ = wait_s_ = 0;
@@ -150,10 +150,9 @@ void IpcTrainer::round(const wt_send_args& args) {
       started = sender_;
     }
   } catch (const sdk::Error& e) {
-    // vLLM's session ends on any failed update: a deliberately rejected update ends a session the
-    // trainer has to give up on, so the next round's start is not refused.
-    // Updates still in flight must land before it, or one could reach the worker's next session
-    // and end that one instead. Unlike a collective, an ipc update never waits on this process, so
+    // The inference side's update is ended (the client's end_weight_update), so the next round's
+    // start is not refused. Updates still in flight must land before it, or one could reach the
+    // worker's next session and end that one instead. Unlike a collective, an ipc update never waits on this process, so
     // waiting for it is bounded by the client's deadline (and by abort()).
     if (started && !update_failed_) {
       for (auto& rpc : in_flight_) {
@@ -163,10 +162,7 @@ void IpcTrainer::round(const wt_send_args& args) {
         }
       }
       in_flight_.clear();
-      try {
-        client_.update_weights(nlohmann::json{{"wt_abort_round", e.what()}}.dump());
-      } catch (...) {
-      }
+      client_.end_weight_update(e.what());
     }
     throw;
   }
@@ -228,7 +224,11 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
   parallel_copy(host_copies, copy_threads_);
   pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   by_name_ = std::move(kept);  // segments of tensors that left the model are dropped here
-  for (int d : devices) cuda::synchronize(d);  // the producer's kernels are done before export
+  // The producer's kernels are done before export: its stream when the host named it.
+  if (stream_ != nullptr && !devices.empty())
+    cuda::synchronize_stream(stream_);
+  else
+    for (int d : devices) cuda::synchronize(d);
   auto merged = gather_and_merge(mine, params);
   if (sender_) {
     client_.start_weight_update();
@@ -264,6 +264,7 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
   const auto n_buffers = static_cast<int64_t>(info_.packed_num_buffers);
   const auto capacity = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
   Chunk chunk;
+  bool stream_synced = false;
   wt_tensor t{};
   while (pass.next(&t)) {
     check_not_aborted();
@@ -286,8 +287,13 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
     Buffer& b = buffer_for(static_cast<std::size_t>(sent_ % n_buffers), it.cuda_device);
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     auto c0 = std::chrono::steady_clock::now();
-    if (it.cuda_device >= 0)
+    if (it.cuda_device >= 0) {
+      if (stream_ != nullptr && !stream_synced) {  // the producer's kernels are done first
+        cuda::synchronize_stream(stream_);
+        stream_synced = true;
+      }
       cuda::copy(b.data() + chunk.used, src, it.nbytes);
+    }
     else if (is_compact(t.tensor))
       chunk.host_copies.push_back({b.data() + chunk.used, src, it.nbytes});  // valid until end()
     else

@@ -20,10 +20,9 @@ namespace wt::ipc {
 
 class IpcTrainer final : public sdk::TrainerBase {
  public:
-  IpcTrainer(const wt_host_api* host, const IpcInitInfo& info, sdk::ClientRef client,
-             sdk::SourceRef source, sdk::GroupRef group);
+  IpcTrainer(const sdk::TrainerContext& context, const IpcInitInfo& info);
   ~IpcTrainer() override;
-  void send_weights(const wt_send_args& args) override;
+  void send_weights(const sdk::SendArgs& args) override;
   void abort() override { aborted_ = true; }
 
  private:
@@ -43,7 +42,7 @@ class IpcTrainer final : public sdk::TrainerBase {
     uint64_t used = 0;
   };
 
-  void round(const wt_send_args& args);
+  void round(const sdk::SendArgs& args);
   void send_unpacked(sdk::SourceRef::Pass& pass);
   void send_packed(sdk::SourceRef::Pass& pass);
   void flush(Chunk& chunk, std::size_t buffer_index);
@@ -64,6 +63,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   bool sender_;
   unsigned copy_threads_;
   std::atomic<bool> aborted_{false};
+  void* stream_ = nullptr;  // this round's producer stream (null: synchronise the device)
 
   std::vector<Buffer> buffers_;                      // packed mode, by index
   std::map<std::string, ShmSegment> by_name_;        // unpacked host tensors, reused across rounds

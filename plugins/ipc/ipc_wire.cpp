@@ -29,10 +29,12 @@ nlohmann::json describe(const std::vector<ParamMeta>& params) {
 
 UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
   const std::string what = "update_info for backend 'ipc'";
-  if (j.is_object() && j.contains("wt_abort_round"))
-    fail(WT_ERR_ABORTED, "the trainer abandoned this round: {}",
-         j["wt_abort_round"].is_string() ? j["wt_abort_round"].get<std::string>()
-                                         : j["wt_abort_round"].dump());
+  // How a client ends a round on a server without an end_weight_update route (the key a
+  // wt 0.1.0 trainer sends, and the one a current client sends): refused, which ends the session.
+  for (const char* key : {"wt_end_weight_update", "wt_abort_round"})
+    if (j.is_object() && j.contains(key))
+      fail(WT_ERR_ABORTED, "the trainer abandoned this round: {}",
+           j[key].is_string() ? j[key].get<std::string>() : j[key].dump());
   sdk::FieldReader r(j, what);
   if (r.has("ipc_handles_pickled") && !r.raw("ipc_handles_pickled").is_null())
     fail(WT_ERR_INVALID_ARGUMENT,

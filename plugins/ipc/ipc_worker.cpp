@@ -2,10 +2,13 @@
 
 #include "ipc_wire.hpp"
 
+#include <wt/parallel_copy.hpp>
+
 #include <cstdint>
 
 #include <sys/mman.h>
 
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -13,12 +16,20 @@ namespace wt::ipc {
 
 using sdk::fail;
 
-IpcWorker::IpcWorker(const wt_host_api* host, const nlohmann::json& init_info,
-                     const wt_worker_options& options)
-    : log_(host, "[ipc] "), device_(options.device) {
+IpcWorker::IpcWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info)
+    : log_(context.host, "[ipc] "), device_(context.device) {
   sdk::FieldReader r(init_info, "init_info for backend 'ipc' (worker)");
   packed_ = r.opt_bool("packed", false);
   r.finish();
+  // Receiver-side options (wt serve --weight-transfer-config): how many threads copy into place.
+  sdk::FieldReader o(context.backend_options, "backend options for backend 'ipc' (worker)");
+  int64_t threads = o.opt_int("copy_threads", 0);
+  o.finish();
+  if (threads < 0 || threads > 256)
+    sdk::fail_field("copy_threads", WT_ERR_INVALID_ARGUMENT,
+                    "invalid backend options for backend 'ipc': field 'copy_threads' must be in "
+                    "0..256");
+  copy_threads_ = threads > 0 ? static_cast<unsigned>(threads) : default_copy_threads();
   if (device_.device_type == kDLCPU)
     key_ = kHostKey;
   else if (device_.device_type == kDLCUDA)
@@ -72,7 +83,39 @@ unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::
   return it->second->base() + h.offset;
 }
 
-void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void* load_ctx) {
+void IpcWorker::deliver(const std::vector<wt_tensor>& tensors, const std::vector<uint64_t>& nbytes,
+                        const sdk::LoaderRef& loader) {
+  std::vector<CopyJob> in_place;
+  std::vector<const wt_tensor*> placed;
+  std::vector<wt_tensor> rest;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    std::optional<DLTensor> dst;
+    if (device_.device_type == kDLCPU) {
+      ParamMeta meta{t.name, t.tensor.dtype,
+                     std::vector<int64_t>(t.tensor.shape, t.tensor.shape + t.tensor.ndim)};
+      dst = loader.destination(meta);
+    }
+    if (dst && (dst->device.device_type == kDLCPU || dst->device.device_type == kDLCUDAHost) &&
+        dst->data != nullptr && dst->strides == nullptr) {
+      in_place.push_back({static_cast<unsigned char*>(dst->data) + dst->byte_offset,
+                          t.tensor.data, nbytes[i]});
+      placed.push_back(&t);
+    } else {
+      rest.push_back(t);
+    }
+  }
+  // Guarded: the trainer (or anyone who can write the file) may shrink a segment under the copy.
+  if (auto fault = guarded_parallel_copy(in_place, copy_threads_)) {
+    std::vector<wt_tensor> named;
+    for (const auto* t : placed) named.push_back(*t);
+    fail(WT_ERR_SYSTEM, "{}", fault->message(named));
+  }
+  for (const auto* t : placed) loader.written(t->name);
+  if (!rest.empty()) loader.load(rest);
+}
+
+void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
   if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
   // Mappings replaced while this update is mapped go when it is done, loaded or failed.
   struct DropRetired {
@@ -107,6 +150,8 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
   std::vector<wt_tensor> tensors(u.params.size());
   for (std::size_t i = 0; i < u.params.size(); ++i) {
     auto& p = u.params[i];
+    tensors[i].struct_size = sizeof(wt_tensor);
+    tensors[i].abi_version = WT_ABI_VERSION;
     tensors[i].name = p.name.c_str();
     tensors[i].tensor =
         DLTensor{data[i], device_, static_cast<int32_t>(p.shape.size()), p.dtype, p.shape.data(),
@@ -114,11 +159,7 @@ void IpcWorker::receive(const nlohmann::json& update_info, wt_load_fn load, void
   }
   log_.debug("update: {} tensor(s) mapped ({} host mapping(s) cached, {} replaced); loading",
              tensors.size(), shm_.size(), retired_.size());
-  if (!tensors.empty()) {
-    char err[sdk::kErrCap] = {0};
-    wt_status s = load(load_ctx, tensors.data(), tensors.size(), err, sizeof err);
-    if (s != WT_OK) fail(s, "the load callback failed: {}", err[0] ? err : "no reason given");
-  }
+  if (!tensors.empty()) deliver(tensors, u.nbytes, loader);
   // A trainer killed mid-round cannot unlink what it created; the last user does. Its liveness
   // file says whether it lives (probed once per creator, not once per segment).
   std::map<std::string, bool> creator_dead;  // by liveness token

@@ -1,5 +1,6 @@
 // The ipc worker engine: maps the handles an update names, validates the whole update, then
-// hands the tensors to the load callback. Host mappings are cached by segment name across
+// delivers the tensors: host tensors are copied straight into the receiver's memory where the
+// loader offers a destination (one copy, out of shared memory), the rest handed to load(). Host mappings are cached by segment name across
 // rounds (the trainer reuses its buffers and unlinks their names once mapped); a mapping not used
 // in a round is released at that round's finish. A mapping replaced during an update (the same
 // name again with a larger size, or a file replaced under its name) is kept until that update's
@@ -21,18 +22,21 @@ namespace wt::ipc {
 
 class IpcWorker final : public sdk::WorkerBase {
  public:
-  IpcWorker(const wt_host_api* host, const nlohmann::json& init_info,
-            const wt_worker_options& options);
+  IpcWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info);
   void start() override;
-  void receive(const nlohmann::json& update_info, wt_load_fn load, void* load_ctx) override;
+  void receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) override;
   void finish() override;
   void abort() override;
 
  private:
   unsigned char* map_handle(const struct Handle& h, uint64_t need, const std::string& what);
 
+  void deliver(const std::vector<wt_tensor>& tensors, const std::vector<uint64_t>& nbytes,
+               const sdk::LoaderRef& loader);
+
   sdk::HostLog log_;
   bool packed_ = false;
+  unsigned copy_threads_ = 0;
   DLDevice device_{};
   std::string key_;  // "cpu" or this GPU's UUID
   bool active_ = false;

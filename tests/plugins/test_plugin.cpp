@@ -6,6 +6,14 @@
 //   WT_TEST_NULL_SLOT         leave the mandatory trainer.send_weights slot NULL
 //   WT_TEST_INIT_FAILS        trainer create returns WT_ERR_SYSTEM
 //   WT_TEST_THROWS            trainer create throws a C++ exception internally
+//   WT_TEST_CAPS              the capability bits it declares (default: trainer, worker, host)
+//   WT_TEST_WIDE_ELEMENTS     behaves as a plugin built against a newer ABI whose wt_tensor is
+//                             16 bytes larger: arrays it passes step by that size, and the
+//                             wt_tensor it hands next() has room for it (and a canary after)
+//   WT_TEST_SHORT_WORKER      its worker table's struct_size ends before receive
+// Its worker understands {"inline": [{"name", "values": [floats]}], "in_place": bool,
+// "patch": {"name", "indices", "values", "full_shape"}}: tensors it loads (or writes into
+// destinations), and a patch it hands to load_patches.
 // Hostile variants: what the host must catch without faulting (in-process) or survive (the lister):
 //   WT_TEST_GARBAGE_API       wt_plugin_get hands back the API pointer (void*)0x10
 //   WT_TEST_MISALIGNED_API    ... a pointer one byte past the real table
@@ -29,12 +37,31 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstddef>
 #include <cstring>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
 #ifndef WT_TEST_ABI
 #define WT_TEST_ABI WT_ABI_VERSION
+#endif
+#ifndef WT_TEST_CAPS
+#define WT_TEST_CAPS (WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY)
+#endif
+
+// The wt_tensor of a newer ABI: the current one plus a field this host does not know.
+struct wide_tensor {
+  wt_tensor t;
+  uint64_t newer_field;
+};
+struct plain_tensor {
+  wt_tensor t;
+};
+#ifdef WT_TEST_WIDE_ELEMENTS
+using element_tensor = wide_tensor;
+#else
+using element_tensor = plain_tensor;
 #endif
 
 using wt::sdk::guard;
@@ -55,22 +82,36 @@ struct wt_worker {
   bool active = false;
 };
 
+// What one receive() of the test worker delivers: float32 1-D tensors.
+struct InlineTensor {
+  std::string name;
+  std::vector<float> values;
+  int64_t shape[1] = {0};
+};
+
 namespace {
 
-wt_status parse(const wt_host_api*, const char* json, wt_init_info** out, char* err, size_t cap) {
+wt_status parse(const wt_host_api*, const char* json, wt_init_info** out, char* err, size_t cap,
+                char* field, size_t field_cap) {
+  wt::sdk::write_message(field, field_cap, "");
   return guard_into(err, cap, [&] {
+    try {
     auto j = wt::sdk::parse_json_text(json, "init_info for backend '" WT_TEST_DECLARED_BACKEND "'");
     wt::sdk::FieldReader r(j, "init_info for backend '" WT_TEST_DECLARED_BACKEND "'");
     r.allow("backend");
     int64_t rank = r.opt_int("rank", 0);
     r.finish();
     *out = new wt_init_info{rank};
+    } catch (const wt::sdk::Error& e) {
+      wt::sdk::write_message(field, field_cap, e.field());
+      throw;
+    }
   });
 }
 wt_status to_json(const wt_init_info* info, char* buf, size_t cap, size_t* needed) {
   std::string text = nlohmann::json{{"rank", info->rank}}.dump();
   *needed = text.size() + 1;
-  if (cap < text.size() + 1) return WT_ERR_INVALID_ARGUMENT;
+  if (cap < text.size() + 1) return WT_ERR_BUFFER_TOO_SMALL;
   std::memcpy(buf, text.c_str(), text.size() + 1);
   return WT_OK;
 }
@@ -84,9 +125,12 @@ void destroy_info(wt_init_info* info) {
   delete info;
 }
 
-wt_status trainer_create(const wt_host_api* host, const wt_init_info* info, const wt_client* client,
-                         const wt_weight_source* source, const wt_trainer_group*, wt_trainer** out,
-                         char* err, size_t cap) {
+wt_status trainer_create(const wt_trainer_create_args* args, wt_trainer** out, char* err,
+                         size_t cap) {
+  const wt_host_api* host = args->host;
+  const wt_init_info* info = args->info;
+  const wt_client* client = args->client;
+  const wt_weight_source* source = args->source;
   return guard_into(err, cap, [&] {
 #if defined(WT_TEST_INIT_FAILS)
     wt::sdk::fail(WT_ERR_SYSTEM, "test plugin: trainer init failed on purpose");
@@ -107,10 +151,32 @@ wt_status trainer_create(const wt_host_api* host, const wt_init_info* info, cons
     if (!t->sender) return;
     nlohmann::json names = nlohmann::json::array();
     t->client.start_weight_update();
-    {
-      auto pass = t->source.begin();
-      wt_tensor tensor{};
-      while (pass.next(&tensor)) names.push_back(tensor.name);
+    if (t->source.valid()) {
+      // Walks the pass through the raw slots: this plugin decides the size of what next() fills.
+      const wt_weight_source* src = t->source.raw();
+      char err[512] = {0};
+      if (src->begin(src->ctx, err, sizeof err) != WT_OK) wt::sdk::fail(WT_ERR_REMOTE, "begin: {}", err);
+      for (;;) {
+        struct {
+          element_tensor e;
+          uint64_t canary;
+        } out{};
+        out.canary = 0x5a5a5a5a5a5a5a5aull;
+        out.e.t.struct_size = sizeof(element_tensor);
+        int32_t done = 0;
+        wt_status st = src->next(src->ctx, &out.e.t, &done, err, sizeof err);
+        if (st != WT_OK) {
+          src->end(src->ctx);
+          wt::sdk::fail(st, "next: {}", err);
+        }
+        if (done) break;
+        if (out.canary != 0x5a5a5a5a5a5a5a5aull || out.e.t.struct_size > sizeof(element_tensor)) {
+          src->end(src->ctx);
+          wt::sdk::fail(WT_ERR_INTERNAL, "the host wrote beyond the wt_tensor this plugin sized");
+        }
+        names.push_back(out.e.t.name);
+      }
+      src->end(src->ctx);
     }
     t->client.update_weights(nlohmann::json{{"names", names}}.dump());
     t->client.finish_weight_update(args ? args->weight_version : nullptr);
@@ -126,8 +192,7 @@ void trainer_destroy(wt_trainer* t) {
   delete t;
 }
 
-wt_status worker_create(const wt_host_api*, const char*, const wt_worker_options*, wt_worker** out,
-                        char*, size_t) {
+wt_status worker_create(const wt_worker_create_args*, wt_worker** out, char*, size_t) {
   *out = new wt_worker{};
   return WT_OK;
 }
@@ -135,10 +200,71 @@ wt_status worker_start(wt_worker* w) {
   w->active = true;
   return WT_OK;
 }
-wt_status worker_receive(wt_worker* w, const char*, wt_load_fn, void*) {
-  if (w->active) return WT_OK;
-  w->last_error = "receive before start";
-  return WT_ERR_STATE;
+wt_status worker_receive(wt_worker* w, const char* json, const wt_loader* loader) {
+  if (!w->active) {
+    w->last_error = "receive before start";
+    return WT_ERR_STATE;
+  }
+  return guard(w->last_error, [&] {
+    auto j = wt::sdk::parse_json_text(json, "update_info");
+    char err[512] = {0};
+    auto check = [&](wt_status st, const char* what) {
+      if (st != WT_OK) wt::sdk::fail(st, "{}: {}", what, err);
+    };
+    if (j.contains("inline")) {
+      std::vector<InlineTensor> items;
+      for (const auto& x : j["inline"])
+        items.push_back({x["name"].get<std::string>(), x["values"].get<std::vector<float>>()});
+      std::vector<element_tensor> batch;
+      for (auto& it : items) {
+        it.shape[0] = static_cast<int64_t>(it.values.size());
+        DLTensor d{it.values.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, it.shape, nullptr, 0};
+        if (j.value("in_place", false)) {
+          wt_param_meta m{};
+          m.struct_size = sizeof m;
+          m.abi_version = WT_ABI_VERSION;
+          m.name = it.name.c_str();
+          m.dtype = d.dtype;
+          m.ndim = 1;
+          m.shape = it.shape;
+          DLTensor dst{};
+          int32_t found = 0;
+          check(loader->destination(loader->ctx, &m, &dst, &found, err, sizeof err), "destination");
+          if (found) {
+            std::memcpy(dst.data, it.values.data(), it.values.size() * sizeof(float));
+            check(loader->written(loader->ctx, it.name.c_str(), err, sizeof err), "written");
+            continue;
+          }
+        }
+        element_tensor e{};
+        e.t.struct_size = sizeof(element_tensor);
+        e.t.abi_version = WT_ABI_VERSION;
+        e.t.name = it.name.c_str();
+        e.t.tensor = d;
+        batch.push_back(e);
+      }
+      if (!batch.empty())
+        check(loader->load(loader->ctx, &batch[0].t, batch.size(), err, sizeof err), "load");
+    }
+    if (j.contains("patch")) {
+      const auto& p = j["patch"];
+      auto name = p["name"].get<std::string>();
+      auto idx = p["indices"].get<std::vector<int32_t>>();
+      auto vals = p["values"].get<std::vector<float>>();
+      auto full = p["full_shape"].get<std::vector<int64_t>>();
+      int64_t n[1] = {static_cast<int64_t>(idx.size())};
+      int64_t nv[1] = {static_cast<int64_t>(vals.size())};
+      wt_sparse_patch patch{};
+      patch.struct_size = sizeof patch;
+      patch.abi_version = WT_ABI_VERSION;
+      patch.name = name.c_str();
+      patch.indices = DLTensor{idx.data(), {kDLCPU, 0}, 1, {kDLInt, 32, 1}, n, nullptr, 0};
+      patch.values = DLTensor{vals.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, nv, nullptr, 0};
+      patch.full_ndim = static_cast<int32_t>(full.size());
+      patch.full_shape = full.data();
+      check(loader->load_patches(loader->ctx, &patch, 1, err, sizeof err), "load_patches");
+    }
+  });
 }
 wt_status worker_finish(wt_worker* w) {
   w->active = false;
@@ -204,9 +330,14 @@ const wt_trainer_vtable kTrainer = {
     sizeof(wt_trainer_vtable), WT_TEST_ABI,     &trainer_create, &send_weights, &trainer_abort,
     &trainer_last_error,       &trainer_destroy};
 #endif
+#ifdef WT_TEST_SHORT_WORKER
+constexpr uint32_t kWorkerSize = offsetof(wt_worker_vtable, receive);
+#else
+constexpr uint32_t kWorkerSize = sizeof(wt_worker_vtable);
+#endif
 const wt_worker_vtable kWorker = {
-    sizeof(wt_worker_vtable), WT_TEST_ABI,   &worker_create,     &worker_start,  &worker_receive,
-    &worker_finish,           &worker_abort, &worker_last_error, &worker_destroy};
+    kWorkerSize,   WT_TEST_ABI,   &worker_create,     &worker_start,  &worker_receive,
+    &worker_finish, &worker_abort, &worker_last_error, &worker_destroy};
 #ifdef WT_TEST_BAD_VTABLE
 const wt_trainer_vtable* const kTrainerPtr = reinterpret_cast<const wt_trainer_vtable*>(0x20);
 #else
@@ -216,7 +347,7 @@ const wt_plugin_api kApi = {sizeof(wt_plugin_api),
                             WT_TEST_ABI,
                             WT_TEST_BACKEND_STRING,
                             "9.9.9",
-                            WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY,
+                            WT_TEST_CAPS,
                             &kInitInfo,
                             kTrainerPtr,
                             &kWorker};

@@ -15,19 +15,30 @@
 namespace wt::sdk {
 
 // An error with a stable ABI code. Everything a plugin throws at a user should be one of these.
+// field(): the top-level key of the init info the error is about, if any (ABI 2 hands it to the
+// host as data, so `wt launch` can point at its line in a config file).
 class Error : public std::runtime_error {
  public:
-  Error(wt_status code, std::string message)
-      : std::runtime_error(std::move(message)), code_(code) {}
+  Error(wt_status code, std::string message, std::string field = {})
+      : std::runtime_error(std::move(message)), code_(code), field_(std::move(field)) {}
   wt_status code() const noexcept { return code_; }
+  const std::string& field() const noexcept { return field_; }
 
  private:
   wt_status code_;
+  std::string field_;
 };
 
 template <typename... Args>
 [[noreturn]] void fail(wt_status code, fmt::format_string<Args...> f, Args&&... args) {
   throw Error(code, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// fail() about one field: `field` is its top-level key (for "a.b" or "a[3]", pass "a").
+template <typename... Args>
+[[noreturn]] void fail_field(const std::string& field, wt_status code,
+                             fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(code, fmt::format(f, std::forward<Args>(args)...), field);
 }
 
 // Copies a message into a caller-provided buffer, truncating and always terminating.

@@ -1,5 +1,6 @@
-// C++ views, for plugin code, of the objects the host passes in: the client, the weight source
-// and the trainer group. Every failed call throws wt::sdk::Error carrying the host's reason.
+// C++ views, for plugin code, of the objects the host passes in: the client, the weight source,
+// the trainer group and the loader. Every failed call throws wt::sdk::Error carrying the host's
+// reason. Arrays of growable structs are stepped by their struct_size (rule 2 of wt_plugin.h).
 #pragma once
 
 #include <wt/wt_plugin.h>
@@ -8,21 +9,28 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 namespace wt::sdk {
 
+// True when `field` lies inside the struct the other side filled (ABI rule 1), whatever its value.
+template <typename Struct, typename Member>
+bool covers(const Struct* s, Member Struct::*field) {
+  if (s == nullptr) return false;
+  const auto* base = reinterpret_cast<const char*>(s);
+  const auto* f = reinterpret_cast<const char*>(&(s->*field));
+  return static_cast<std::size_t>(f - base) + sizeof(Member) <= s->struct_size;
+}
+
 // True when `slot` lies inside the struct the other side filled and, for a pointer, is non-NULL
 // (ABI rule 1).
 template <typename Struct, typename Member>
 bool has_slot(const Struct* s, Member Struct::*slot) {
-  if (s == nullptr) return false;
-  const auto* base = reinterpret_cast<const char*>(s);
-  const auto* field = reinterpret_cast<const char*>(&(s->*slot));
-  std::size_t end = static_cast<std::size_t>(field - base) + sizeof(Member);
-  if (end > s->struct_size) return false;
+  if (!covers(s, slot)) return false;
   if constexpr (std::is_pointer_v<Member>) return (s->*slot) != nullptr;
   return true;
 }
@@ -54,6 +62,13 @@ class ClientRef {
       return need(&wt_client::finish_weight_update, "finish_weight_update")(c_->ctx, version, e, n);
     });
   }
+  // Ends the inference side's update after a failure on this side. Never throws: the round has
+  // already failed, and its error is the one to report.
+  void end_weight_update(const std::string& reason) const noexcept {
+    if (!has_slot(c_, &wt_client::end_weight_update)) return;
+    char err[kErrCap] = {0};
+    c_->end_weight_update(c_->ctx, reason.c_str(), err, sizeof err);
+  }
 
  private:
   template <typename M>
@@ -79,6 +94,7 @@ class SourceRef {
  public:
   explicit SourceRef(const wt_weight_source* s = nullptr) : s_(s) {}
   bool valid() const { return s_ != nullptr; }
+  const wt_weight_source* raw() const { return s_; }
 
   std::vector<ParamMeta> metadata() const {
     const wt_param_meta* p = nullptr;
@@ -86,9 +102,11 @@ class SourceRef {
     check(need(&wt_weight_source::metadata, "metadata"), "metadata", &p, &n);
     std::vector<ParamMeta> out;
     out.reserve(n);
-    for (std::size_t i = 0; i < n; ++i)
-      out.push_back({p[i].name ? p[i].name : "", p[i].dtype,
-                     std::vector<int64_t>(p[i].shape, p[i].shape + p[i].ndim)});
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto* m = WT_ELEMENT(wt_param_meta, p, i);
+      out.push_back({m->name ? m->name : "", m->dtype,
+                     std::vector<int64_t>(m->shape, m->shape + m->ndim)});
+    }
     return out;
   }
 
@@ -107,6 +125,8 @@ class SourceRef {
       char err[kErrCap] = {0};
       if (!has_slot(s_, &wt_weight_source::next))
         fail(WT_ERR_INCOMPATIBLE, "the weight source does not implement next");
+      out->struct_size = sizeof(wt_tensor);
+      out->abi_version = WT_ABI_VERSION;
       wt_status st = s_->next(s_->ctx, out, &done, err, sizeof err);
       if (st != WT_OK) throw Error(st, fmt::format("weight source failed: {}", err));
       return done == 0;
@@ -170,6 +190,71 @@ class GroupRef {
 
  private:
   const wt_trainer_group* g_;
+};
+
+// The loader receive() is given: how received weights reach the model (see wt_loader).
+class LoaderRef {
+ public:
+  explicit LoaderRef(const wt_loader* l = nullptr) : l_(l) {}
+
+  // Hands over tensors in this plugin's memory; the host copies them during the call.
+  void load(std::span<const wt_tensor> tensors) const {
+    std::vector<wt_tensor> v(tensors.begin(), tensors.end());
+    for (auto& t : v) {
+      t.struct_size = sizeof(wt_tensor);
+      t.abi_version = WT_ABI_VERSION;
+    }
+    call("load", [&](char* e, std::size_t n) {
+      return need(&wt_loader::load, "load")(l_->ctx, v.data(), v.size(), e, n);
+    });
+  }
+  void load_patches(std::span<const wt_sparse_patch> patches) const {
+    std::vector<wt_sparse_patch> v(patches.begin(), patches.end());
+    for (auto& p : v) {
+      p.struct_size = sizeof(wt_sparse_patch);
+      p.abi_version = WT_ABI_VERSION;
+    }
+    call("load_patches", [&](char* e, std::size_t n) {
+      return need(&wt_loader::load_patches, "load_patches")(l_->ctx, v.data(), v.size(), e, n);
+    });
+  }
+  // The receiver's own memory for `param`, when it offers some (valid until receive returns);
+  // nullopt: load() it instead.
+  std::optional<DLTensor> destination(const ParamMeta& param) const {
+    if (!has_slot(l_, &wt_loader::destination) || !has_slot(l_, &wt_loader::written))
+      return std::nullopt;
+    wt_param_meta m{sizeof(wt_param_meta), WT_ABI_VERSION,
+                    param.name.c_str(),    param.dtype,
+                    static_cast<int32_t>(param.shape.size()), param.shape.data()};
+    DLTensor out{};
+    int32_t found = 0;
+    call("destination", [&](char* e, std::size_t n) {
+      return l_->destination(l_->ctx, &m, &out, &found, e, n);
+    });
+    if (!found) return std::nullopt;
+    return out;
+  }
+  void written(const std::string& name) const {
+    call("written", [&](char* e, std::size_t n) {
+      return need(&wt_loader::written, "written")(l_->ctx, name.c_str(), e, n);
+    });
+  }
+
+ private:
+  template <typename M>
+  M need(M wt_loader::*slot, const char* name) const {
+    if (!has_slot(l_, slot)) fail(WT_ERR_INCOMPATIBLE, "the loader does not implement {}", name);
+    return l_->*slot;
+  }
+  template <typename F>
+  void call(const char* name, F&& f) const {
+    if (l_ == nullptr) fail(WT_ERR_STATE, "receive was given no loader, cannot call {}", name);
+    char err[kErrCap] = {0};
+    wt_status s = f(err, sizeof err);
+    if (s != WT_OK)
+      throw Error(s, fmt::format("the loader's {} failed: {}", name, err[0] ? err : "no reason given"));
+  }
+  const wt_loader* l_;
 };
 
 }  // namespace wt::sdk

@@ -41,7 +41,7 @@ class FieldReader {
   const nlohmann::json& raw(const std::string& key) {
     seen_.insert(key);
     if (!obj_.contains(key))
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field '{}'", what_, key);
+      fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field '{}'", what_, key);
     return obj_.at(key);
   }
 
@@ -61,7 +61,8 @@ class FieldReader {
     const auto& v = raw(key);
     if (!v.is_string()) type_error(key, "a string", v);
     if (v.get_ref<const std::string&>().find('\0') != std::string::npos)
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' holds a NUL character", what_, key);
+      fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' holds a NUL character",
+                 what_, key);
     return v.get<std::string>();
   }
   std::vector<std::string> get_string_list(const std::string& key) {
@@ -72,8 +73,8 @@ class FieldReader {
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_string()) element_error(key, i, "a string", v[i]);
       if (v[i].get_ref<const std::string&>().find('\0') != std::string::npos)
-        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}[{}]' holds a NUL character", what_,
-             key, i);
+        fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}[{}]' holds a NUL character",
+                   what_, key, i);
       out.push_back(v[i].get<std::string>());
     }
     return out;
@@ -111,13 +112,20 @@ class FieldReader {
       if (seen_.count(it.key()) == 0) {
         std::string known;
         for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
-        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: unknown field '{}' (known fields: {})", what_,
-             it.key(), known);
+        fail_field(it.key(), WT_ERR_INVALID_ARGUMENT,
+                   "invalid {}: unknown field '{}' (known fields: {})", what_, it.key(), known);
       }
     }
   }
 
   const std::string& what() const { return what_; }
+  // A failure about `key` found after reading it (a range, a combination of fields).
+  template <typename... Args>
+  [[noreturn]] void fail_about(const std::string& key, fmt::format_string<Args...> f,
+                               Args&&... args) const {
+    fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: {}", what_,
+               fmt::format(f, std::forward<Args>(args)...));
+  }
 
  private:
   // An explicit null counts as absent for optional fields, as in vLLM's dataclasses.
@@ -136,14 +144,15 @@ class FieldReader {
   }
   [[noreturn]] void type_error(const std::string& key, const char* want,
                                const nlohmann::json& got) const {
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' must be {}, got {}", what_, key, want,
-         json_type_name(got));
+    fail_field(top_key(key), WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' must be {}, got {}",
+               what_, key, want, json_type_name(got));
   }
   [[noreturn]] void element_error(const std::string& key, std::size_t i, const char* want,
                                   const nlohmann::json& got) const {
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}[{}]' must be {}, got {}", what_, key, i,
-         want, json_type_name(got));
+    fail_field(top_key(key), WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}[{}]' must be {}, got {}",
+               what_, key, i, want, json_type_name(got));
   }
+  static std::string top_key(const std::string& key) { return key.substr(0, key.find('[')); }
 
   const nlohmann::json& obj_;
   std::string what_;

@@ -18,8 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace wt::sdk {
 
@@ -32,10 +35,33 @@ class InitInfoBase {
   virtual bool is_sender() const { return rank() == 0; }
 };
 
+// One round as the SDK hands it to a trainer: patches already stepped by their struct_size.
+struct SendArgs {
+  const char* weight_version = nullptr;  // may be null
+  std::vector<wt_sparse_patch> patches;  // delta backends only
+  void* stream = nullptr;                // cudaStream_t that produced the tensors; null: default
+};
+
+// What a trainer engine is made with.
+struct TrainerContext {
+  const wt_host_api* host = nullptr;
+  ClientRef client;
+  SourceRef source;
+  GroupRef group;
+};
+
+// What a worker engine is made with.
+struct WorkerContext {
+  const wt_host_api* host = nullptr;
+  DLDevice device{kDLCPU, 0};
+  void* stream = nullptr;  // cudaStream_t the model uses; null: the legacy default stream
+  nlohmann::json backend_options = nlohmann::json::object();  // receiver-side; FieldReader it
+};
+
 class TrainerBase {
  public:
   virtual ~TrainerBase() = default;
-  virtual void send_weights(const wt_send_args& args) = 0;
+  virtual void send_weights(const SendArgs& args) = 0;
   // Called from another thread; must make a blocked send_weights return WT_ERR_ABORTED.
   virtual void abort() = 0;
 };
@@ -44,7 +70,7 @@ class WorkerBase {
  public:
   virtual ~WorkerBase() = default;
   virtual void start() = 0;
-  virtual void receive(const nlohmann::json& update_info, wt_load_fn load, void* load_ctx) = 0;
+  virtual void receive(const nlohmann::json& update_info, const LoaderRef& loader) = 0;
   virtual void finish() = 0;
   virtual void abort() = 0;
 };
@@ -55,11 +81,10 @@ struct PluginDefinition {
   uint64_t capabilities;
   // `fields` is the whole init info object; FieldReader it strictly.
   std::unique_ptr<InitInfoBase> (*parse_init_info)(const nlohmann::json& fields);
-  std::unique_ptr<TrainerBase> (*make_trainer)(const wt_host_api* host, const InitInfoBase& info,
-                                               ClientRef client, SourceRef source, GroupRef group);
-  std::unique_ptr<WorkerBase> (*make_worker)(const wt_host_api* host,
-                                             const nlohmann::json& init_info,
-                                             const wt_worker_options& options);
+  std::unique_ptr<TrainerBase> (*make_trainer)(const TrainerContext& context,
+                                               const InitInfoBase& info);
+  std::unique_ptr<WorkerBase> (*make_worker)(const WorkerContext& context,
+                                             const nlohmann::json& init_info);
 };
 
 }  // namespace wt::sdk
@@ -79,23 +104,42 @@ struct wt_worker {
 
 namespace wt::sdk {
 
+// "... field 'name' ..." -> "name", for errors that name a field only in their text.
+inline std::string field_named_in(const std::string& message) {
+  auto p = message.find("field '");
+  if (p == std::string::npos) return "";
+  p += 7;
+  auto end = message.find_first_of("'.[", p);
+  return end == std::string::npos ? "" : message.substr(p, end - p);
+}
+
 template <const PluginDefinition& D>
 struct PluginTables {
   static wt_status parse(const wt_host_api*, const char* json, wt_init_info** out, char* err,
-                         size_t cap) {
-    return guard_into(err, cap, [&] {
-      std::string what = fmt::format("init_info for backend '{}'", D.backend);
-      nlohmann::json j = parse_json_text(json, what);
-      if (j.is_object() && j.contains("backend")) {
-        if (!j["backend"].is_string() || j["backend"].template get<std::string>() != D.backend)
-          fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'backend' is {}, expected \"{}\"", what,
-               j["backend"].dump(), D.backend);
-        j.erase("backend");
+                         size_t cap, char* field, size_t field_cap) {
+    std::string message, which;
+    wt_status s = guard(message, [&] {
+      try {
+        std::string what = fmt::format("init_info for backend '{}'", D.backend);
+        nlohmann::json j = parse_json_text(json, what);
+        if (j.is_object() && j.contains("backend")) {
+          if (!j["backend"].is_string() || j["backend"].template get<std::string>() != D.backend)
+            fail_field("backend", WT_ERR_INVALID_ARGUMENT,
+                       "invalid {}: field 'backend' is {}, expected \"{}\"", what,
+                       j["backend"].dump(), D.backend);
+          j.erase("backend");
+        }
+        auto info = std::make_unique<wt_init_info>();
+        info->impl = D.parse_init_info(j);
+        *out = info.release();
+      } catch (const Error& e) {
+        which = e.field().empty() ? field_named_in(e.what()) : e.field();
+        throw;
       }
-      auto info = std::make_unique<wt_init_info>();
-      info->impl = D.parse_init_info(j);
-      *out = info.release();
     });
+    if (s != WT_OK) write_message(err, cap, message);
+    write_message(field, field_cap, s == WT_OK ? std::string() : which);
+    return s;
   }
   static wt_status to_json(const wt_init_info* info, char* buf, size_t cap, size_t* needed) {
     std::string ignored;
@@ -103,7 +147,7 @@ struct PluginTables {
     wt_status s = guard(ignored, [&] { text = info->impl->to_json().dump(); });
     if (s != WT_OK) return s;
     if (needed) *needed = text.size() + 1;
-    if (buf == nullptr || cap < text.size() + 1) return WT_ERR_INVALID_ARGUMENT;
+    if (buf == nullptr || cap < text.size() + 1) return WT_ERR_BUFFER_TOO_SMALL;
     std::memcpy(buf, text.c_str(), text.size() + 1);
     return WT_OK;
   }
@@ -111,52 +155,74 @@ struct PluginTables {
   static int32_t is_sender(const wt_init_info* info) { return info->impl->is_sender() ? 1 : 0; }
   static void destroy_info(wt_init_info* info) { delete info; }
 
-  static wt_status trainer_create(const wt_host_api* host, const wt_init_info* info,
-                                  const wt_client* client, const wt_weight_source* source,
-                                  const wt_trainer_group* group, wt_trainer** out, char* err,
+  static wt_status trainer_create(const wt_trainer_create_args* args, wt_trainer** out, char* err,
                                   size_t cap) {
     return guard_into(err, cap, [&] {
-      if (info == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "init_info is NULL");
+      if (!covers(args, &wt_trainer_create_args::group))
+        fail(WT_ERR_INVALID_ARGUMENT, "trainer create got no (or a too small) args struct");
+      if (args->info == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "init_info is NULL");
+      TrainerContext c{args->host, ClientRef(args->client), SourceRef(args->source),
+                       GroupRef(args->group)};
       auto t = std::make_unique<wt_trainer>();
-      t->impl =
-          D.make_trainer(host, *info->impl, ClientRef(client), SourceRef(source), GroupRef(group));
+      t->impl = D.make_trainer(c, *args->info->impl);
       *out = t.release();
     });
   }
   static wt_status send_weights(wt_trainer* t, const wt_send_args* args) {
-    wt_send_args none{};
-    none.struct_size = sizeof none;
-    none.abi_version = WT_ABI_VERSION;
-    return guard(t->last_error, [&] { t->impl->send_weights(args ? *args : none); });
+    return guard(t->last_error, [&] {
+      SendArgs a;
+      if (args != nullptr) {
+        if (has_slot(args, &wt_send_args::weight_version)) a.weight_version = args->weight_version;
+        if (has_slot(args, &wt_send_args::num_patches) && args->num_patches > 0) {
+          if (args->patches == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "num_patches > 0 but no patches");
+          for (size_t i = 0; i < args->num_patches; ++i) {
+            wt_sparse_patch p{};
+            const auto* src = WT_ELEMENT(wt_sparse_patch, args->patches, i);
+            std::memcpy(&p, src, std::min<std::size_t>(src->struct_size, sizeof p));
+            a.patches.push_back(p);
+          }
+        }
+        if (has_slot(args, &wt_send_args::stream)) a.stream = args->stream;
+      }
+      t->impl->send_weights(a);
+    });
   }
   static wt_status trainer_abort(wt_trainer* t) {
-    std::string ignored;
+    std::string ignored;  // abort never touches last_error (rule 7)
     return guard(ignored, [&] { t->impl->abort(); });
   }
   static const char* trainer_last_error(const wt_trainer* t) { return t->last_error.c_str(); }
   static void trainer_destroy(wt_trainer* t) { delete t; }
 
-  static wt_status worker_create(const wt_host_api* host, const char* json,
-                                 const wt_worker_options* options, wt_worker** out, char* err,
+  static wt_status worker_create(const wt_worker_create_args* args, wt_worker** out, char* err,
                                  size_t cap) {
     return guard_into(err, cap, [&] {
-      wt_worker_options opts{};
-      opts.device = {kDLCPU, 0};
-      if (options != nullptr && has_slot(options, &wt_worker_options::device))
-        opts.device = options->device;
-      auto init = parse_json_text(json, fmt::format("init_info for backend '{}'", D.backend));
+      if (!covers(args, &wt_worker_create_args::device))
+        fail(WT_ERR_INVALID_ARGUMENT, "worker create got no (or a too small) args struct");
+      WorkerContext c;
+      c.host = args->host;
+      c.device = args->device;
+      if (has_slot(args, &wt_worker_create_args::stream)) c.stream = args->stream;
+      if (has_slot(args, &wt_worker_create_args::backend_options_json)) {
+        c.backend_options = parse_json_text(
+            args->backend_options_json,
+            fmt::format("backend options for backend '{}' (worker)", D.backend));
+        if (c.backend_options.is_null()) c.backend_options = nlohmann::json::object();
+      }
+      auto init = parse_json_text(args->init_info_json,
+                                  fmt::format("init_info for backend '{}'", D.backend));
       auto w = std::make_unique<wt_worker>();
-      w->impl = D.make_worker(host, init, opts);
+      w->impl = D.make_worker(c, init);
       *out = w.release();
     });
   }
   static wt_status worker_start(wt_worker* w) {
     return guard(w->last_error, [&] { w->impl->start(); });
   }
-  static wt_status worker_receive(wt_worker* w, const char* json, wt_load_fn load, void* ctx) {
+  static wt_status worker_receive(wt_worker* w, const char* json, const wt_loader* loader) {
     return guard(w->last_error, [&] {
-      if (load == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "receive needs a load callback");
-      w->impl->receive(parse_json_text(json, "update_info"), load, ctx);
+      if (loader == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "receive needs a loader");
+      w->impl->receive(parse_json_text(json, "update_info"), LoaderRef(loader));
     });
   }
   static wt_status worker_finish(wt_worker* w) {

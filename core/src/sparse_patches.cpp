@@ -1,0 +1,92 @@
+#include "sparse_patches.hpp"
+
+#include <wt/dtype.hpp>
+#include <wt/error.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace wt::detail {
+namespace {
+
+bool on_host(const DLTensor& t) {
+  return t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost;
+}
+
+bool is_1d_compact(const DLTensor& t) {
+  return t.ndim == 1 && t.shape != nullptr && t.shape[0] >= 0 &&
+         (t.strides == nullptr || t.strides[0] == 1);
+}
+
+std::string shown(DLDataType d) {
+  auto n = torch_name(d);
+  return n == "unknown" ? fmt::format("(code {}, {} bits, {} lanes)", d.code, d.bits, d.lanes)
+                   : std::string(n);
+}
+
+[[noreturn]] void bad(const wt_sparse_patch& p, const std::string& why) {
+  throw Error(WT_ERR_INVALID_ARGUMENT,
+              fmt::format("patch for '{}' refused: {}", p.name ? p.name : "", why));
+}
+
+}  // namespace
+
+void validate_patches(std::span<const wt_sparse_patch> patches,
+                      const std::function<const PatchTarget*(const std::string&)>& target) {
+  for (const auto& p : patches) {
+    if (p.name == nullptr || *p.name == '\0')
+      throw Error(WT_ERR_INVALID_ARGUMENT, "a patch has no parameter name");
+    const PatchTarget* t = target(p.name);
+    if (t == nullptr)
+      throw Error(WT_ERR_NOT_FOUND,
+                  fmt::format("patch for '{}' refused: this receiver holds no such parameter "
+                              "(patches apply on top of weights it already has)",
+                              p.name));
+    if (!on_host(p.indices) || !on_host(p.values))
+      bad(p, "indices and values must be in host memory here");
+    if (!is_1d_compact(p.indices) || p.indices.dtype.code != kDLInt ||
+        p.indices.dtype.bits != 32 || p.indices.dtype.lanes != 1)
+      bad(p, "indices must be a compact 1-D int32 tensor");
+    if (!is_1d_compact(p.values) || p.values.shape[0] != p.indices.shape[0])
+      bad(p, fmt::format("values must be a compact 1-D tensor with as many elements as indices "
+                         "({})",
+                         p.indices.shape[0]));
+    if (p.values.dtype.code != t->dtype.code || p.values.dtype.bits != t->dtype.bits ||
+        p.values.dtype.lanes != t->dtype.lanes)
+      bad(p, fmt::format("values have dtype {} but the parameter is {}", shown(p.values.dtype),
+                         shown(t->dtype)));
+    if (p.full_ndim < 0) bad(p, "full_shape is not given");
+    std::vector<int64_t> full(p.full_shape, p.full_shape + p.full_ndim);
+    if (full != t->shape)
+      bad(p, fmt::format("full_shape [{}] differs from the parameter's shape [{}]",
+                         fmt::join(full, ", "), fmt::join(t->shape, ", ")));
+    int64_t numel = 1;
+    for (auto d : t->shape) numel *= d;
+    const int64_t n = p.indices.shape[0];
+    const auto* idx = reinterpret_cast<const int32_t*>(static_cast<const char*>(p.indices.data) +
+                                                       p.indices.byte_offset);
+    for (int64_t i = 0; i < n; ++i)
+      if (idx[i] < 0 || idx[i] >= numel)
+        bad(p, fmt::format("index {} at position {} is outside [0, {})", idx[i], i, numel));
+    // Twice the same index would make the result depend on the order of application.
+    std::vector<int32_t> sorted(idx, idx + n);
+    std::sort(sorted.begin(), sorted.end());
+    if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
+      bad(p, fmt::format("index {} appears more than once", *d));
+  }
+}
+
+void apply_patch(const wt_sparse_patch& p, unsigned char* dst) {
+  const std::size_t es = element_size(p.values.dtype);
+  const auto* idx = reinterpret_cast<const int32_t*>(static_cast<const char*>(p.indices.data) +
+                                                     p.indices.byte_offset);
+  const auto* val = static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset;
+  for (int64_t i = 0; i < p.indices.shape[0]; ++i)
+    std::memcpy(dst + static_cast<std::size_t>(idx[i]) * es, val + static_cast<std::size_t>(i) * es,
+                es);
+}
+
+}  // namespace wt::detail
