@@ -9,7 +9,7 @@
 //
 //   build/bin/wt_bench_ipc [--gib 1] [--rounds 5] [--tensor-mib 8] [--only packed]
 #include <wt/http_client.hpp>
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 #include <wt/wt.hpp>
 
 #include "subprocess.hpp"

@@ -11,7 +11,7 @@
 #include <wt/error.hpp>
 #include <wt/registry.hpp>
 #include <wt/safetensors.hpp>
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,5 +1,6 @@
 #include "launch_trainer.hpp"
 
+#include <wt/gloo_trainer_group.hpp>
 #include <wt/checksum.hpp>
 #include <wt/http_client.hpp>
 #include <wt/safetensors.hpp>

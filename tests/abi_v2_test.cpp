@@ -3,6 +3,7 @@
 // enforced before a plugin is called, and the loader's destination and patch paths.
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
+#include <wt/wt_plugin_v1.h>
 
 #include "support/process.hpp"
 #include "support/recording_client.hpp"
@@ -11,6 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include <dlfcn.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -276,6 +279,112 @@ TEST_F(DeltaReceiver, BadPatchesAreRefusedAndChangeNothing) {
     EXPECT_FALSE(r.session_active()) << "a refused update ends the session";
     EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 2, 3, 4}));
   }
+}
+
+// ---- the SDK serving versions 1 and 2 -----------------------------------------------------------
+
+TEST(AbiSdkRange, TheCurrentHostGetsVersion2) {
+  use_abi_plugins();
+  EXPECT_EQ(Registry::instance().get("sdkrange")->abi_version(), 2u);
+  Receiver receiver("sdkrange");
+  InProcessClient client(receiver);
+  test::VectorSource source;
+  source.add("w", kF32, {3}, 7);
+  auto engine = trainer_init(info_for("sdkrange"), client, &source);
+  engine->send_weights();
+  EXPECT_EQ(receiver.bytes_of("w"), std::optional(source.tensors()[0].bytes));
+}
+
+// What a wt 0.1.0 host does with the same file: ask for version 1 and drive the v1 tables.
+TEST(AbiSdkRange, AVersion1HostGetsVersion1TablesThatWork) {
+  void* lib = dlopen((std::string(WT_TEST_ABI_DIR) + "/libwt_sdkrange.so").c_str(),
+                     RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto entry = reinterpret_cast<wt_plugin_get_fn>(dlsym(lib, WT_PLUGIN_ENTRY_SYMBOL));
+  ASSERT_NE(entry, nullptr);
+  uint32_t abi = 0;
+  const wt_plugin_api* raw = nullptr;
+  ASSERT_EQ(entry(1, &abi, &raw), WT_OK);
+  ASSERT_EQ(abi, 1u);
+  const auto* api = reinterpret_cast<const wt_plugin_api_v1*>(raw);
+  EXPECT_EQ(api->abi_version, 1u);
+  EXPECT_EQ(api->struct_size, sizeof(wt_plugin_api_v1));
+  wt_host_api host{sizeof(wt_host_api), 1, nullptr, WT_LOG_OFF, nullptr};
+  char err[512] = {0};
+
+  // Worker: a v1 load callback receives v1 tensors.
+  wt_worker* w = nullptr;
+  wt_worker_options_v1 opts{sizeof opts, 1, {kDLCPU, 0}};
+  ASSERT_EQ(api->worker->create(&host, "{}", &opts, &w, err, sizeof err), WT_OK) << err;
+  ASSERT_EQ(api->worker->start(w), WT_OK);
+  std::vector<std::pair<std::string, std::vector<float>>> got;
+  auto load = [](void* ctx, const wt_tensor_v1* ts, size_t n, char*, size_t) -> wt_status {
+    auto* out = static_cast<std::vector<std::pair<std::string, std::vector<float>>>*>(ctx);
+    for (size_t i = 0; i < n; ++i) {
+      const auto* f = static_cast<const float*>(ts[i].tensor.data);
+      out->push_back({ts[i].name, std::vector<float>(f, f + ts[i].tensor.shape[0])});
+    }
+    return WT_OK;
+  };
+  ASSERT_EQ(api->worker->receive(w, R"({"inline":[{"name":"a","values":[1.5,-2]}]})", load, &got),
+            WT_OK)
+      << api->worker->last_error(w);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, "a");
+  EXPECT_EQ(got[0].second, (std::vector<float>{1.5f, -2.0f}));
+  api->worker->destroy(w);
+
+  // Init info: version 1's to_json status for a short buffer.
+  wt_init_info* info = nullptr;
+  ASSERT_EQ(api->init_info->parse_json(&host, R"({"rank":0})", &info, err, sizeof err), WT_OK);
+  size_t needed = 0;
+  char tiny[2];
+  EXPECT_EQ(api->init_info->to_json(info, tiny, sizeof tiny, &needed), WT_ERR_INVALID_ARGUMENT);
+  EXPECT_GT(needed, sizeof tiny);
+
+  // Trainer: a v1 client and a v1 source (fixed-size wt_tensor_v1).
+  struct Host {
+    std::vector<std::string> updates;
+    float data[2] = {3.0f, 4.0f};
+    int64_t shape[1] = {2};
+    int given = 0;
+  } h;
+  wt_client_v1 client{};
+  client.struct_size = sizeof client;
+  client.abi_version = 1;
+  client.ctx = &h;
+  client.init_weight_transfer_engine = [](void*, const char*, char*, size_t) { return WT_OK; };
+  client.start_weight_update = [](void*, char*, size_t) { return WT_OK; };
+  client.update_weights = [](void* ctx, const char* j, char*, size_t) {
+    static_cast<Host*>(ctx)->updates.push_back(j);
+    return WT_OK;
+  };
+  client.finish_weight_update = [](void*, const char*, char*, size_t) { return WT_OK; };
+  wt_weight_source_v1 source{};
+  source.struct_size = sizeof source;
+  source.abi_version = 1;
+  source.ctx = &h;
+  source.begin = [](void* ctx, char*, size_t) {
+    static_cast<Host*>(ctx)->given = 0;
+    return WT_OK;
+  };
+  source.next = [](void* ctx, wt_tensor_v1* out, int32_t* done, char*, size_t) {
+    auto* self = static_cast<Host*>(ctx);
+    *done = self->given++ > 0;
+    if (!*done)
+      *out = {"v", DLTensor{self->data, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, self->shape, nullptr, 0}};
+    return WT_OK;
+  };
+  source.end = [](void*) {};
+  wt_trainer* t = nullptr;
+  ASSERT_EQ(api->trainer->create(&host, info, &client, &source, nullptr, &t, err, sizeof err), WT_OK)
+      << err;
+  wt_send_args_v1 args{sizeof args, 1, "step-1", nullptr, 0};
+  ASSERT_EQ(api->trainer->send_weights(t, &args), WT_OK) << api->trainer->last_error(t);
+  ASSERT_EQ(h.updates.size(), 1u);
+  EXPECT_EQ(json::parse(h.updates[0]), json::parse(R"({"inline":[{"name":"v","values":[3.0,4.0]}]})"));
+  api->trainer->destroy(t);
+  api->init_info->destroy(info);
 }
 
 // ---- init info fields as data -------------------------------------------------------------------

@@ -7,7 +7,7 @@
 #include <wt/json_parse.hpp>
 #include <wt/receiver.hpp>
 #include <wt/safetensors.hpp>
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 #include <wt/wt.hpp>
 #include <wt/yaml_json.hpp>
 

@@ -286,5 +286,54 @@ TEST(HttpClient, UnreachableServerIsNamed) {
   EXPECT_THROW(HttpClient("https://x"), Error);
 }
 
+// A server without wt's /end_weight_update route (stock vLLM): the client ends the session the old
+// way, with an update the server must refuse.
+TEST(HttpClient, EndingAnUpdateWithoutTheRouteFallsBackToARefusedUpdate) {
+  VllmDouble d;
+  HttpClient c(d.url());
+  c.end_weight_update("the trainer failed");
+  c.end_weight_update("again");
+  EXPECT_EQ(d.seen_now(),
+            (std::vector<std::string>{
+                R"(/update_weights {"update_info":{"wt_end_weight_update":"the trainer failed"}})",
+                R"(/update_weights {"update_info":{"wt_end_weight_update":"again"}})"}));
+}
+
+TEST(Serve, EndWeightUpdateEndsTheSessionAndKeepsTheWeights) {
+  Serve s;
+  HttpClient c(s.server.url());
+  c.init_weight_transfer_engine(R"({"packed":false})");
+  c.start_weight_update();
+  EXPECT_TRUE(s.receiver.session_active());
+  c.end_weight_update("trainer rank 0 failed");
+  EXPECT_FALSE(s.receiver.session_active());
+  c.end_weight_update("nothing active: not an error");
+  c.start_weight_update();  // accepted again
+  auto raw = s.raw();
+  auto r = post_json(raw, "/end_weight_update", {{"why", "x"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("unknown field 'why'"));
+}
+
+TEST(HttpClient, AbortCallsInterruptsABlockedCall) {
+  VllmDouble d;
+  d.delay_ms = 3000;
+  HttpClient c(d.url());
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    c.abort_calls();
+  });
+  try {
+    c.start_weight_update();
+    ADD_FAILURE() << "the call was not interrupted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_ABORTED) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2500));
+  aborter.join();
+}
+
 }  // namespace
 }  // namespace wt

@@ -2,7 +2,7 @@
 // /proc/<pid>/maps text and from this process's real mappings (only wt segments of this user).
 #include "shared_mappings.hpp"
 
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>

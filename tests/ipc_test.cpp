@@ -1,7 +1,7 @@
 // The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
 // in-process client, strict update_info validation, and shared-memory hygiene.
 #include <wt/checksum.hpp>
-#include <wt/parallel_copy.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
 

@@ -1,6 +1,6 @@
 // The multi-threaded copy of the receiver and of ipc packing: every byte lands where it belongs,
 // whatever the split.
-#include <wt/parallel_copy.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
-// The SIGBUS-safe copy (<wt/sigbus_guard.hpp>, wt::guarded_parallel_copy): a source whose file is
+// The SIGBUS-safe copy (<wt/sdk/sigbus_guard.hpp>, wt::guarded_parallel_copy): a source whose file is
 // truncated under its mapping fails the copy instead of killing the process, and every SIGBUS it
 // does not own still does what it did before (death tests run in child processes).
 #include <wt/wt_plugin.h>
-#include <wt/parallel_copy.hpp>
-#include <wt/sigbus_guard.hpp>
+#include <wt/sdk/parallel_copy.hpp>
+#include <wt/sdk/sigbus_guard.hpp>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
-#include <wt/tensor_layout.hpp>
+#include <wt/sdk/tensor_layout.hpp>
 
 #include <fmt/format.h>
 #include <xxhash.h>

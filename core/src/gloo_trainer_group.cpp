@@ -1,6 +1,6 @@
 // The default trainer group: Gloo collectives over TCP on loopback (the ranks of a colocated
 // trainer share a host), rendezvous through a FileStore directory.
-#include <wt/trainer_group.hpp>
+#include <wt/gloo_trainer_group.hpp>
 
 #include <wt/error.hpp>
 

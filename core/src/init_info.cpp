@@ -1,11 +1,9 @@
 #include <wt/init_info.hpp>
 
 #include <wt/json_parse.hpp>
-#include <wt/yaml_json.hpp>
 #include "internal.hpp"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <mutex>
 
@@ -45,9 +43,6 @@ InitInfo InitInfo::from_json(std::string_view text, const std::string& origin) {
   return from_object(j, origin);
 }
 
-InitInfo InitInfo::from_yaml(std::string_view text, const std::string& origin) {
-  return from_object(yaml_to_json(load_yaml(text, origin), origin), origin);
-}
 
 const ParsedInitInfo& InitInfo::parsed() const {
   std::lock_guard<std::mutex> lock(parse_mutex());

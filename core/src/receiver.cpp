@@ -5,7 +5,7 @@
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
 #include <wt/log.hpp>
-#include <wt/parallel_copy.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 
 #include "sparse_patches.hpp"
 

@@ -3,7 +3,7 @@
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <fmt/format.h>

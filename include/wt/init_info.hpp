@@ -21,6 +21,7 @@ class InitInfo {
  public:
   // `origin` names where the text came from (a file, "--init-info") in error messages.
   static InitInfo from_json(std::string_view json_text, const std::string& origin = "init_info");
+  // In libwt_yaml (CMake target wt::yaml): link it to use this one.
   static InitInfo from_yaml(std::string_view yaml_text, const std::string& origin = "init_info");
   static InitInfo from_object(const nlohmann::json& object,
                               const std::string& origin = "init_info");

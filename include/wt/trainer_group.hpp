@@ -28,10 +28,4 @@ class TrainerGroup {
   wt_trainer_group c_{};
 };
 
-// The default group: Gloo over TCP, rendezvous through files in a directory all ranks can see
-// (the ranks of a colocated trainer share a host). Every collective has `timeout`.
-std::unique_ptr<TrainerGroup> make_gloo_trainer_group(int rank, int size,
-                                                      const std::string& rendezvous_dir,
-                                                      std::chrono::milliseconds timeout);
-
 }  // namespace wt

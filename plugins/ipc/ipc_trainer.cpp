@@ -3,7 +3,7 @@
 #include "ipc_wire.hpp"
 
 #include <wt/dtype.hpp>
-#include <wt/tensor_layout.hpp>
+#include <wt/sdk/tensor_layout.hpp>
 
 #include <chrono>
 #include <cstring>

@@ -7,7 +7,7 @@
 #include "shared_mappings.hpp"
 #include "shm_segment.hpp"
 
-#include <wt/parallel_copy.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/plugin.hpp>
 
 #include <atomic>

@@ -2,7 +2,7 @@
 
 #include "ipc_wire.hpp"
 
-#include <wt/parallel_copy.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 
 #include <cstdint>
 

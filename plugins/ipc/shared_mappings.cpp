@@ -1,6 +1,6 @@
 #include "shared_mappings.hpp"
 
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>

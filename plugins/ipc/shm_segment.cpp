@@ -1,7 +1,7 @@
 #include "shm_segment.hpp"
 
 #include <wt/sdk/errors.hpp>
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,10 +1,10 @@
 // POSIX shared-memory segments for host-memory tensors. Segments are created 0600 with O_EXCL,
-// named by <wt/shm_segments.hpp> (unguessable, and carrying the creating process's liveness
+// named by <wt/sdk/shm_segments.hpp> (unguessable, and carrying the creating process's liveness
 // token, so any later wt process on the host can remove the segments of a creator that died:
 // sweep_orphaned_segments).
 #pragma once
 
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <cstddef>
 #include <string>
@@ -54,7 +54,7 @@ class ShmSegment {
   unsigned long inode_ = 0, device_ = 0;  // of the file opened (open() only)
 };
 
-// Naming, the dead-creator test and the sweep live in <wt/shm_segments.hpp>.
+// Naming, the dead-creator test and the sweep live in <wt/sdk/shm_segments.hpp>.
 using shm::is_segment_name;
 using shm::list_wt_segments;
 using shm::segment_creator_dead;

@@ -2,6 +2,7 @@
 // model (support/model.hpp) to a receiver over HTTP for a number of rounds, perturbing it between
 // rounds, optionally as one rank of a multi-process trainer group, optionally from CUDA memory or
 // from a /dev/shm file.
+#include <wt/gloo_trainer_group.hpp>
 #include <wt/http_client.hpp>
 #include <wt/wt.hpp>
 

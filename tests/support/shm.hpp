@@ -1,7 +1,7 @@
 // Looking at /dev/shm from tests: the wt segments and liveness files of given processes.
 #pragma once
 
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <dirent.h>
 #include <unistd.h>

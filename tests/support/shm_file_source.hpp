@@ -9,7 +9,7 @@
 
 #include "support/vector_source.hpp"
 
-#include <wt/shm_segments.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>

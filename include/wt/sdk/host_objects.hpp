@@ -7,6 +7,8 @@
 #include <wt/sdk/errors.hpp>
 #include <wt/tensor.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -63,11 +65,20 @@ class ClientRef {
     });
   }
   // Ends the inference side's update after a failure on this side. Never throws: the round has
-  // already failed, and its error is the one to report.
+  // already failed, and its error is the one to report. A version-1 host's client has no such
+  // slot: then an update the worker must refuse ends the session, as vLLM does on any failure.
   void end_weight_update(const std::string& reason) const noexcept {
-    if (!has_slot(c_, &wt_client::end_weight_update)) return;
     char err[kErrCap] = {0};
-    c_->end_weight_update(c_->ctx, reason.c_str(), err, sizeof err);
+    if (has_slot(c_, &wt_client::end_weight_update)) {
+      c_->end_weight_update(c_->ctx, reason.c_str(), err, sizeof err);
+      return;
+    }
+    if (!has_slot(c_, &wt_client::update_weights)) return;
+    try {
+      std::string text = nlohmann::json{{"wt_end_weight_update", reason}}.dump();
+      c_->update_weights(c_->ctx, text.c_str(), err, sizeof err);
+    } catch (...) {
+    }
   }
 
  private:

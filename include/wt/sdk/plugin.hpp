@@ -85,6 +85,9 @@ struct PluginDefinition {
                                                const InitInfoBase& info);
   std::unique_ptr<WorkerBase> (*make_worker)(const WorkerContext& context,
                                              const nlohmann::json& init_info);
+  // The oldest ABI version the plugin also serves: 1 lets the same binary load into a wt 0.1.0
+  // host (version-1 tables over the same classes; no destinations, patches or streams there).
+  uint32_t oldest_abi = WT_ABI_VERSION;
 };
 
 }  // namespace wt::sdk
@@ -96,6 +99,7 @@ struct wt_init_info {
 struct wt_trainer {
   std::unique_ptr<wt::sdk::TrainerBase> impl;
   std::string last_error;
+  std::shared_ptr<void> keep;  // what serving an older ABI needs for the engine's lifetime
 };
 struct wt_worker {
   std::unique_ptr<wt::sdk::WorkerBase> impl;
@@ -103,6 +107,13 @@ struct wt_worker {
 };
 
 namespace wt::sdk {
+
+// Whether a definition gives a factory (a function parameter, so the compiler does not warn that
+// a named function's address is never null).
+template <typename F>
+constexpr bool present(F f) {
+  return f != nullptr;
+}
 
 // "... field 'name' ..." -> "name", for errors that name a field only in their text.
 inline std::string field_named_in(const std::string& message) {
@@ -254,16 +265,46 @@ struct PluginTables {
                                       D.version,
                                       D.capabilities,
                                       &kInitInfo,
-                                      D.make_trainer ? &kTrainer : nullptr,
-                                      D.make_worker ? &kWorker : nullptr};
+                                      present(D.make_trainer) ? &kTrainer : nullptr,
+                                      present(D.make_worker) ? &kWorker : nullptr};
 
-  static wt_status negotiate(uint32_t host_abi, uint32_t* plugin_abi, const wt_plugin_api** api) {
-    if (plugin_abi != nullptr) *plugin_abi = WT_ABI_VERSION;
-    if (host_abi < WT_ABI_VERSION || api == nullptr) return WT_ERR_INCOMPATIBLE;
+  static wt_status negotiate(uint32_t host_abi, uint32_t* plugin_abi, const wt_plugin_api** api);
+};
+
+}  // namespace wt::sdk
+
+#include <wt/sdk/plugin_v1.hpp>
+
+namespace wt::sdk {
+
+// The newest version both speak: this ABI, or version 1 when the definition serves it.
+template <const PluginDefinition& D>
+wt_status PluginTables<D>::negotiate(uint32_t host_abi, uint32_t* plugin_abi,
+                                     const wt_plugin_api** api) {
+  using V1 = v1::TablesV1<PluginTables<D>>;
+  static constexpr wt_plugin_api_v1 kApiV1{sizeof(wt_plugin_api_v1),
+                                           1,
+                                           D.backend,
+                                           D.version,
+                                           D.capabilities,
+                                           &V1::kInitInfo,
+                                           present(D.make_trainer) ? &V1::kTrainer : nullptr,
+                                           present(D.make_worker) ? &V1::kWorker : nullptr};
+  if (plugin_abi == nullptr || api == nullptr) return WT_ERR_INVALID_ARGUMENT;
+  if (host_abi >= WT_ABI_VERSION) {
+    *plugin_abi = WT_ABI_VERSION;
     *api = &kApi;
     return WT_OK;
   }
-};
+  if (host_abi >= 1 && D.oldest_abi <= 1) {
+    *plugin_abi = 1;
+    // The version-1 table has the same layout; a version-1 host reads it as its wt_plugin_api.
+    *api = reinterpret_cast<const wt_plugin_api*>(&kApiV1);
+    return WT_OK;
+  }
+  *plugin_abi = D.oldest_abi;
+  return WT_ERR_INCOMPATIBLE;
+}
 
 }  // namespace wt::sdk
 

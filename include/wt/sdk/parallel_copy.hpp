@@ -4,10 +4,10 @@
 //
 // guarded_parallel_copy() is the same copy for sources that another process may shrink under the
 // copy (a mapped shared-memory file): a source that raises SIGBUS fails the copy and names its job
-// instead of killing the process (<wt/sigbus_guard.hpp>).
+// instead of killing the process (<wt/sdk/sigbus_guard.hpp>).
 #pragma once
 
-#include <wt/sigbus_guard.hpp>
+#include <wt/sdk/sigbus_guard.hpp>
 
 #include <algorithm>
 #include <atomic>
