@@ -42,7 +42,8 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")
       ->capture_default_str();
   cmd->add_option("--backend", o->backend, "Backend whose worker engine receives (e.g. ipc)");
-  cmd->add_option("--weight-transfer-config", o->config, R"(vLLM's form: '{"backend": "ipc"}')");
+  cmd->add_option("--weight-transfer-config", o->config,
+                  R"(vLLM's form: '{"backend": "ipc"}', plus the backend's receiver-side options)");
   cmd->add_option("--token", o->token,
                   "Require 'Authorization: Bearer <token>' (or set WT_SERVE_TOKEN)");
   cmd->add_option("--max-body-mb", o->max_body_mb, "Refuse request bodies larger than this")
@@ -57,6 +58,7 @@ Run add_serve_command(CLI::App& app) {
   return [o]() {
     for (const auto& d : o->plugin_dirs) Registry::instance().add_directory(d);
     std::string backend = o->backend;
+    nlohmann::json backend_options = nlohmann::json::object();
     if (!o->config.empty()) {
       nlohmann::json cfg;
       try {
@@ -68,14 +70,14 @@ Run add_serve_command(CLI::App& app) {
       if (!cfg.is_object() || !cfg.contains("backend") || !cfg["backend"].is_string())
         throw Error(WT_ERR_INVALID_ARGUMENT,
                     R"(--weight-transfer-config must look like '{"backend": "ipc"}')");
-      for (auto it = cfg.begin(); it != cfg.end(); ++it)
-        if (it.key() != "backend")
-          throw Error(WT_ERR_INVALID_ARGUMENT,
-                      fmt::format("--weight-transfer-config: unknown key '{}'", it.key()));
       if (!backend.empty() && backend != cfg["backend"].get<std::string>())
         throw Error(WT_ERR_INVALID_ARGUMENT,
                     "--backend and --weight-transfer-config name different backends");
       backend = cfg["backend"].get<std::string>();
+      // Every other key is a receiver-side option of that backend, checked by its worker engine
+      // (strictly: an unknown key fails init_weight_transfer_engine, naming it).
+      cfg.erase("backend");
+      backend_options = std::move(cfg);
     }
     if (backend.empty())
       throw Error(WT_ERR_INVALID_ARGUMENT, "wt serve needs --backend or --weight-transfer-config");
@@ -88,6 +90,7 @@ Run add_serve_command(CLI::App& app) {
     ropts.device = parse_device(o->device);
     if (ropts.device.device_type != kDLCPU) ropts.device_to_host = &copy_device_to_host;
     ropts.load_threads = o->load_threads;
+    ropts.backend_options = std::move(backend_options);
     Receiver receiver(ropts);
 
     HttpServer::Options sopts;

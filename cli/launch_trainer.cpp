@@ -1,7 +1,7 @@
 #include "launch_trainer.hpp"
 
-#include <wt/gloo_trainer_group.hpp>
 #include <wt/checksum.hpp>
+#include <wt/gloo_trainer_group.hpp>
 #include <wt/http_client.hpp>
 #include <wt/safetensors.hpp>
 #include <wt/wt.hpp>

@@ -1,9 +1,9 @@
 // ABI version 2: version-1 plugins keep working through the host's adapter, growable elements are
 // stepped by their own size, short tables are refused naming their slots, the capability bits are
 // enforced before a plugin is called, and the loader's destination and patch paths.
+#include <wt/wt_plugin_v1.h>
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
-#include <wt/wt_plugin_v1.h>
 
 #include "support/process.hpp"
 #include "support/recording_client.hpp"
@@ -69,8 +69,8 @@ TEST(AbiV1Plugin, BuiltFromTheFrozenHeaderSyncsThroughWtLaunch) {
                      << "plugin_dirs: [" << WT_TEST_V1_DIR << "]\n"
                      << "source: {generate: {model: tiny, dtype: bfloat16}}\n"
                      << "rounds: 3\n";
-  auto r = test::run_process(std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache " +
-                             WT_CLI_PATH + " launch " + cfg.string() + " --json");
+  auto r = test::run_process(std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache " + WT_CLI_PATH +
+                             " launch " + cfg.string() + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto report = json::parse(r.output.substr(r.output.find('{')));
   EXPECT_TRUE(report["ok"].get<bool>());
@@ -113,7 +113,8 @@ TEST(AbiGrowable, WiderElementsOfANewerPluginAreSteppedByTheirSize) {
   receiver.init_weight_transfer_engine(json::object());
   receiver.start_weight_update();
   receiver.update_weights(
-      {{"inline", {{{"name", "a"}, {"values", {1.5, 2.5, 3.5}}}, {{"name", "b"}, {"values", {-4}}}}}});
+      {{"inline",
+        {{{"name", "a"}, {"values", {1.5, 2.5, 3.5}}}, {{"name", "b"}, {"values", {-4}}}}}});
   receiver.finish_weight_update("v");
   EXPECT_EQ(floats_of(receiver, "a"), (std::vector<float>{1.5f, 2.5f, 3.5f}));
   EXPECT_EQ(floats_of(receiver, "b"), (std::vector<float>{-4.0f}));
@@ -208,8 +209,8 @@ TEST(AbiCapabilities, PatchesLoadedByADenseBackendAreRefused) {
   receiver.init_weight_transfer_engine(json::object());
   receiver.start_weight_update();
   auto e = error_of([&] {
-    receiver.update_weights({{"patch",
-                              {{"name", "a"}, {"indices", {0}}, {"values", {1}}, {"full_shape", {1}}}}});
+    receiver.update_weights(
+        {{"patch", {{"name", "a"}, {"indices", {0}}, {"values", {1}}, {"full_shape", {1}}}}});
   });
   EXPECT_EQ(e.code(), WT_ERR_INCOMPATIBLE);
   EXPECT_THAT(e.what(), HasSubstr("WT_CAP_SPARSE"));
@@ -248,8 +249,8 @@ class DeltaReceiver : public ::testing::Test {
     r.finish_weight_update("base");
   }
   void patch(std::vector<int> idx, std::vector<float> vals, std::vector<int> full = {4}) {
-    r.update_weights({{"patch",
-                       {{"name", "a"}, {"indices", idx}, {"values", vals}, {"full_shape", full}}}});
+    r.update_weights(
+        {{"patch", {{"name", "a"}, {"indices", idx}, {"values", vals}, {"full_shape", full}}}});
   }
   Receiver r{"delta"};
 };
@@ -269,16 +270,31 @@ TEST_F(DeltaReceiver, BadPatchesAreRefusedAndChangeNothing) {
     std::vector<int> full;
     const char* expected;
   };
-  for (const auto& c : std::vector<Case>{{{1, 7}, {5, 5}, {4}, "index 7 at position 1 is outside [0, 4)"},
-                                         {{2, 2}, {5, 6}, {4}, "index 2 appears more than once"},
-                                         {{0}, {5}, {2, 2}, "full_shape [2, 2] differs"},
-                                         {{0, 1}, {5}, {4}, "as many elements as indices"}}) {
+  for (const auto& c :
+       std::vector<Case>{{{1, 7}, {5, 5}, {4}, "index 7 at position 1 is outside [0, 4)"},
+                         {{2, 2}, {5, 6}, {4}, "index 2 appears more than once in this batch"},
+                         {{0}, {5}, {2, 2}, "full_shape [2, 2] differs"},
+                         {{0, 1}, {5}, {4}, "as many elements as indices"}}) {
     r.start_weight_update();
     auto e = error_of([&] { patch(c.idx, c.vals, c.full); });
     EXPECT_THAT(e.what(), HasSubstr(c.expected));
     EXPECT_FALSE(r.session_active()) << "a refused update ends the session";
     EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 2, 3, 4}));
   }
+}
+
+TEST_F(DeltaReceiver, TheSameIndexInTwoPatchesOfABatchIsRefused) {
+  r.start_weight_update();
+  json p1 = {{"name", "a"}, {"indices", {0, 1}}, {"values", {5, 6}}, {"full_shape", {4}}};
+  json p2 = {{"name", "a"}, {"indices", {1}}, {"values", {7}}, {"full_shape", {4}}};
+  auto e = error_of([&] { r.update_weights({{"patch", {p1, p2}}}); });
+  EXPECT_THAT(e.what(), HasSubstr("index 1 appears more than once in this batch"));
+  EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 2, 3, 4}));
+  r.start_weight_update();
+  p2["indices"] = {3};
+  r.update_weights({{"patch", {p1, p2}}});
+  r.finish_weight_update("two-patches");
+  EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{5, 6, 3, 7}));
 }
 
 // ---- the SDK serving versions 1 and 2 -----------------------------------------------------------
@@ -297,8 +313,8 @@ TEST(AbiSdkRange, TheCurrentHostGetsVersion2) {
 
 // What a wt 0.1.0 host does with the same file: ask for version 1 and drive the v1 tables.
 TEST(AbiSdkRange, AVersion1HostGetsVersion1TablesThatWork) {
-  void* lib = dlopen((std::string(WT_TEST_ABI_DIR) + "/libwt_sdkrange.so").c_str(),
-                     RTLD_NOW | RTLD_LOCAL);
+  void* lib =
+      dlopen((std::string(WT_TEST_ABI_DIR) + "/libwt_sdkrange.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr) << dlerror();
   auto entry = reinterpret_cast<wt_plugin_get_fn>(dlsym(lib, WT_PLUGIN_ENTRY_SYMBOL));
   ASSERT_NE(entry, nullptr);
@@ -372,17 +388,20 @@ TEST(AbiSdkRange, AVersion1HostGetsVersion1TablesThatWork) {
     auto* self = static_cast<Host*>(ctx);
     *done = self->given++ > 0;
     if (!*done)
-      *out = {"v", DLTensor{self->data, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, self->shape, nullptr, 0}};
+      *out = {"v",
+              DLTensor{self->data, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, self->shape, nullptr, 0}};
     return WT_OK;
   };
   source.end = [](void*) {};
   wt_trainer* t = nullptr;
-  ASSERT_EQ(api->trainer->create(&host, info, &client, &source, nullptr, &t, err, sizeof err), WT_OK)
+  ASSERT_EQ(api->trainer->create(&host, info, &client, &source, nullptr, &t, err, sizeof err),
+            WT_OK)
       << err;
   wt_send_args_v1 args{sizeof args, 1, "step-1", nullptr, 0};
   ASSERT_EQ(api->trainer->send_weights(t, &args), WT_OK) << api->trainer->last_error(t);
   ASSERT_EQ(h.updates.size(), 1u);
-  EXPECT_EQ(json::parse(h.updates[0]), json::parse(R"({"inline":[{"name":"v","values":[3.0,4.0]}]})"));
+  EXPECT_EQ(json::parse(h.updates[0]),
+            json::parse(R"({"inline":[{"name":"v","values":[3.0,4.0]}]})"));
   api->trainer->destroy(t);
   api->init_info->destroy(info);
 }

@@ -1,8 +1,8 @@
 // The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
 // in-process client, strict update_info validation, and shared-memory hygiene.
 #include <wt/checksum.hpp>
-#include <wt/sdk/parallel_copy.hpp>
 #include <wt/receiver.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 #include <wt/wt.hpp>
 
 #include "support/model.hpp"
@@ -202,6 +202,31 @@ TEST_P(IpcSync, ByteExactOverSeveralRoundsAndNoSegmentLeft) {
   // Every tensor of every round went through the loader's destination path: the worker copied it
   // out of shared memory straight into the receiver's staging memory.
   EXPECT_EQ(receiver.tensors_written_in_place(), 4 * source.tensors().size());
+}
+
+// Receiver-side backend options (wt serve --weight-transfer-config's keys besides "backend")
+// reach the ipc worker, which reads them as strictly as an init info.
+TEST(IpcWorkerOptions, BackendOptionsAreReadStrictly) {
+  Receiver::Options o;
+  o.backend = "ipc";
+  o.backend_options = {{"copy_threads", 3}};
+  Receiver receiver(o);
+  InProcessClient client(receiver);
+  test::VectorSource source;
+  test::fill_model(source, 2);
+  auto engine = trainer_init(ipc_info(0, false), client, &source);
+  engine->send_weights();
+  expect_same_bytes(source, receiver);
+
+  o.backend_options = {{"copy_thread", 3}};
+  Receiver strict(o);
+  try {
+    strict.init_weight_transfer_engine(json::object());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("unknown field 'copy_thread'"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcSync, ::testing::Bool(),

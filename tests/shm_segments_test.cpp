@@ -1,6 +1,6 @@
-// wt's shared-memory segments and their sweep (<wt/sdk/shm_segments.hpp>): a segment is removed only
-// when its creator has ended, told by a lock on the creator's liveness file, never by its pid. A
-// pid means nothing across PID namespaces (a trainer in a container sharing /dev/shm); the lock
+// wt's shared-memory segments and their sweep (<wt/sdk/shm_segments.hpp>): a segment is removed
+// only when its creator has ended, told by a lock on the creator's liveness file, never by its pid.
+// A pid means nothing across PID namespaces (a trainer in a container sharing /dev/shm); the lock
 // means the same thing everywhere, and the kernel drops it however its holder dies. Other wt
 // processes (tests running in parallel) sweep too, so the tests check what is left in /dev/shm,
 // not how many files a sweep says it removed.

@@ -1,5 +1,5 @@
-// The SIGBUS-safe copy (<wt/sdk/sigbus_guard.hpp>, wt::guarded_parallel_copy): a source whose file is
-// truncated under its mapping fails the copy instead of killing the process, and every SIGBUS it
+// The SIGBUS-safe copy (<wt/sdk/sigbus_guard.hpp>, wt::guarded_parallel_copy): a source whose file
+// is truncated under its mapping fails the copy instead of killing the process, and every SIGBUS it
 // does not own still does what it did before (death tests run in child processes).
 #include <wt/wt_plugin.h>
 #include <wt/sdk/parallel_copy.hpp>

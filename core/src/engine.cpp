@@ -20,7 +20,8 @@ std::string reason(const char* msg) {
 }
 
 [[noreturn]] void refuse(const Plugin& p, const std::string& what) {
-  throw Error(WT_ERR_INCOMPATIBLE, fmt::format("backend '{}' ({}) {}", p.backend(), p.path(), what));
+  throw Error(WT_ERR_INCOMPATIBLE,
+              fmt::format("backend '{}' ({}) {}", p.backend(), p.path(), what));
 }
 
 // Whether a plugin may be handed memory of this device type (rule 9 of wt_plugin.h); the
@@ -36,6 +37,11 @@ void check_memory(const Plugin& p, DLDeviceType type, const std::string& what) {
       refuse(p, fmt::format("does not declare WT_CAP_HOST_MEMORY, so it cannot take {} in host "
                             "memory",
                             what));
+  } else {
+    // No capability bit covers other memory (managed, ROCm, ...): nothing a plugin may be handed.
+    refuse(p, fmt::format("cannot take {} in DLPack device type {}: wt moves host (kDLCPU, "
+                          "kDLCUDAHost) and CUDA (kDLCUDA) memory",
+                          what, static_cast<int>(type)));
   }
 }
 
@@ -49,7 +55,8 @@ T element(const T* array, std::size_t i, std::size_t min_size, const char* what)
                 fmt::format("{} elements have struct_size {}, smaller than ABI 2's {} bytes", what,
                             size, min_size));
   T out{};
-  std::memcpy(&out, reinterpret_cast<const char*>(array) + i * size, std::min<std::size_t>(size, sizeof(T)));
+  std::memcpy(&out, reinterpret_cast<const char*>(array) + i * size,
+              std::min<std::size_t>(size, sizeof(T)));
   out.struct_size = sizeof(T);
   return out;
 }
@@ -66,8 +73,7 @@ struct TrainerEngine::CheckedSource {
   CheckedSource(const Plugin& p, const wt_weight_source* source) : plugin(p), inner(source) {
     c = *inner;
     c.ctx = this;
-    c.metadata = [](void* ctx, const wt_param_meta** params, size_t* count, char* err,
-                    size_t cap) {
+    c.metadata = [](void* ctx, const wt_param_meta** params, size_t* count, char* err, size_t cap) {
       auto* self = static_cast<CheckedSource*>(ctx);
       return self->inner->metadata(self->inner->ctx, params, count, err, cap);
     };
@@ -109,7 +115,9 @@ void TrainerEngine::send_weights(const SendOptions& options) {
     p.struct_size = sizeof p;
     p.abi_version = WT_ABI_VERSION;
     check_memory(*plugin_, p.values.device.device_type,
-                 fmt::format("the patch of '{}'", p.name ? p.name : ""));
+                 fmt::format("the patch values of '{}'", p.name ? p.name : ""));
+    check_memory(*plugin_, p.indices.device.device_type,
+                 fmt::format("the patch indices of '{}'", p.name ? p.name : ""));
   }
   wt_send_args args{};
   args.struct_size = sizeof args;
@@ -138,8 +146,15 @@ std::unique_ptr<TrainerEngine> trainer_init(const InitInfo& info, Client& client
   const uint64_t caps = plugin->capabilities();
   if (!(caps & WT_CAP_TRAINER)) refuse(*plugin, "has no trainer engine (no WT_CAP_TRAINER)");
   if ((caps & WT_CAP_SPARSE) && source != nullptr)
-    refuse(*plugin, "is a delta backend (WT_CAP_SPARSE): it sends the patches given to "
-                    "send_weights and takes no weight source");
+    refuse(*plugin,
+           "is a delta backend (WT_CAP_SPARSE): it sends the patches given to "
+           "send_weights and takes no weight source");
+  if (!(caps & WT_CAP_SPARSE) && source == nullptr)
+    throw Error(
+        WT_ERR_INVALID_ARGUMENT,
+        fmt::format("backend '{}' is a full-resync backend: it requires a weight source, and "
+                    "trainer_init got none",
+                    plugin->backend()));
   auto engine = std::make_unique<TrainerEngine>(plugin, client);
   if (source != nullptr)
     engine->source_ = std::make_unique<TrainerEngine::CheckedSource>(*plugin, source->c_source());
@@ -192,6 +207,9 @@ struct LoaderView {
         std::vector<wt_tensor> v(count);
         for (size_t i = 0; i < count; ++i) {
           v[i] = element(tensors, i, sizeof(wt_tensor), "loaded tensor");
+          if (v[i].name == nullptr || *v[i].name == '\0')
+            throw Error(WT_ERR_INVALID_ARGUMENT,
+                        fmt::format("loaded tensor {} of the batch has no name", i));
           check_memory(self->plugin, v[i].tensor.device.device_type,
                        fmt::format("tensor '{}'", v[i].name ? v[i].name : ""));
         }
@@ -205,8 +223,12 @@ struct LoaderView {
         if (!(self->plugin.capabilities() & WT_CAP_SPARSE))
           refuse(self->plugin, "loaded patches but is not a delta backend (no WT_CAP_SPARSE)");
         std::vector<wt_sparse_patch> v(count);
-        for (size_t i = 0; i < count; ++i)
+        for (size_t i = 0; i < count; ++i) {
           v[i] = element(patches, i, sizeof(wt_sparse_patch), "loaded patch");
+          if (v[i].name == nullptr)
+            throw Error(WT_ERR_INVALID_ARGUMENT,
+                        fmt::format("loaded patch {} of the batch has no name", i));
+        }
         self->loader.load_patches(v);
       });
     };

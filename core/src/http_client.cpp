@@ -35,8 +35,8 @@ HttpClient::HttpClient(std::string base_url, Options options)
 
 HttpClient::~HttpClient() = default;
 
-nlohmann::json HttpClient::post(const std::string& path, const std::string* body,
-                                bool* not_found) {
+nlohmann::json HttpClient::post(const std::string& path, const std::string* body, bool* not_found,
+                                bool abortable) {
   auto t = options_.timeout;
   auto make = [&] {
     auto c = std::make_unique<httplib::Client>(base_);
@@ -58,7 +58,7 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
       idle_.pop_back();
     }
     if (!conn) conn = make();
-    in_flight_.insert(conn.get());
+    if (abortable) in_flight_.insert(conn.get());
     aborts_before = aborts_;
   }
   auto& cli = *conn;
@@ -71,9 +71,11 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_.erase(conn.get());
-    aborted = aborts_ != aborts_before;
+    // An answer that arrived stands (a finish the server committed is not reported as aborted);
+    // only a call that got none was interrupted.
+    aborted = abortable && !res && aborts_ != aborts_before;
     // A failed or interrupted connection is dropped, a good one kept for the next call.
-    if (res && !aborted && idle_.size() < 8) idle_.push_back(std::move(conn));
+    if (res && idle_.size() < 8) idle_.push_back(std::move(conn));
   }
   if (aborted)
     throw Error(WT_ERR_ABORTED, fmt::format("{} was interrupted: the engine was aborted", where));
@@ -127,11 +129,17 @@ void HttpClient::end_weight_update(std::string_view reason) {
   if (!no_end_route_) {
     std::string body = nlohmann::json{{"reason", std::string(reason)}}.dump();
     bool not_found = false;
-    post("/end_weight_update", &body, &not_found);
+    post("/end_weight_update", &body, &not_found, /*abortable=*/false);
     if (!not_found) return;
     no_end_route_ = true;  // a stock vLLM server: end sessions the old way from now on
   }
-  Client::end_weight_update(reason);
+  // The old way (see Client::end_weight_update): an update the server must refuse.
+  std::string body =
+      nlohmann::json{{"update_info", {{"wt_end_weight_update", std::string(reason)}}}}.dump();
+  try {
+    post("/update_weights", &body, nullptr, /*abortable=*/false);
+  } catch (const Error&) {
+  }
 }
 
 void HttpClient::abort_calls() {

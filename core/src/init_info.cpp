@@ -43,7 +43,6 @@ InitInfo InitInfo::from_json(std::string_view text, const std::string& origin) {
   return from_object(j, origin);
 }
 
-
 const ParsedInitInfo& InitInfo::parsed() const {
   std::lock_guard<std::mutex> lock(parse_mutex());
   if (!parsed_) {

@@ -29,8 +29,8 @@ class PluginTable {
   virtual void destroy_init_info(wt_init_info* info) const = 0;
 
   // trainer
-  virtual wt_status create_trainer(const wt_trainer_create_args& args, wt_trainer** out,
-                                   char* err, size_t err_cap) const = 0;
+  virtual wt_status create_trainer(const wt_trainer_create_args& args, wt_trainer** out, char* err,
+                                   size_t err_cap) const = 0;
   virtual wt_status send_weights(wt_trainer* engine, const wt_send_args& args) const = 0;
   virtual wt_status abort_trainer(wt_trainer* engine) const = 0;
   virtual const char* trainer_last_error(const wt_trainer* engine) const = 0;

@@ -147,10 +147,9 @@ class TableV1 final : public PluginTable {
       w->client.abi_version = 1;
     }
     if (args.source != nullptr) w->source = std::make_unique<SourceV1>(args.source);
-    wt_status s = api_->trainer->create(args.host, args.info,
-                                        args.client != nullptr ? &w->client : nullptr,
-                                        w->source ? &w->source->c : nullptr, args.group, &w->inner,
-                                        err, err_cap);
+    wt_status s = api_->trainer->create(
+        args.host, args.info, args.client != nullptr ? &w->client : nullptr,
+        w->source ? &w->source->c : nullptr, args.group, &w->inner, err, err_cap);
     if (s != WT_OK) return s;
     if (w->inner == nullptr) return WT_ERR_INTERNAL;
     *out = reinterpret_cast<wt_trainer*>(w.release());

@@ -110,17 +110,23 @@ class Receiver::RoundLoader final : public Loader {
     if (r_.options_.device.device_type != kDLCPU) return std::nullopt;  // staged in host memory
     uint64_t nbytes = 0;
     if (!checked_nbytes(p.shape.data(), static_cast<int32_t>(p.shape.size()), p.dtype, &nbytes))
-      throw Error(WT_ERR_INVALID_ARGUMENT,
-                  fmt::format("destination for '{}': a bad shape (negative, or too many bytes)",
-                              p.name));
+      throw Error(
+          WT_ERR_INVALID_ARGUMENT,
+          fmt::format("destination for '{}': a bad shape (negative, or too many bytes)", p.name));
+    // Asked again for the same name: the earlier memory stays valid until receive returns.
     auto it = pending_.find(p.name);
-    if (it != pending_.end()) r_.spare_[p.name] = std::move(it->second);
+    if (it != pending_.end()) superseded_.push_back(std::move(it->second));
     Tensor slot = r_.take_slot(p.name, nbytes);
     slot.dtype = p.dtype;
     slot.shape = p.shape;
     Tensor& t = pending_[p.name] = std::move(slot);
-    return DLTensor{t.data.get(), {kDLCPU, 0}, static_cast<int32_t>(t.shape.size()), t.dtype,
-                    t.shape.data(), nullptr, 0};
+    return DLTensor{t.data.get(),
+                    {kDLCPU, 0},
+                    static_cast<int32_t>(t.shape.size()),
+                    t.dtype,
+                    t.shape.data(),
+                    nullptr,
+                    0};
   }
 
   void written(const std::string& name) override {
@@ -166,7 +172,8 @@ class Receiver::RoundLoader final : public Loader {
 
  private:
   Receiver& r_;
-  std::map<std::string, Tensor> pending_;
+  std::map<std::string, Tensor> pending_;  // handed out, not yet written
+  std::vector<Tensor> superseded_;         // handed out, then asked for again: freed at the end
 };
 
 void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
@@ -179,7 +186,10 @@ void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
   active_ = false;
   discard_staged();  // a round abandoned by a re-init must never reach a later finish
   engine_.reset();
-  engine_ = WorkerEngine::create(options_.backend, text, options_.device);
+  WorkerOptions wopts;
+  wopts.device = options_.device;
+  wopts.backend_options = options_.backend_options;
+  engine_ = WorkerEngine::create(options_.backend, text, wopts);
   logger()->info("receiver: {} worker engine initialised with {}{}", options_.backend,
                  text.substr(0, 512), text.size() > 512 ? "..." : "");
 }
@@ -218,7 +228,8 @@ void Receiver::update_weights(nlohmann::json update_info) {
     RoundLoader loader(*this);
     engine_->receive(text, loader);
     logger()->debug("receiver: update loaded {} bytes in {:.3f} s ({} written in place)",
-                    loader.bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    loader.bytes,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                     loader.written_in_place);
   } catch (...) {
     // vLLM's rule: a failed update ends the session; what this round staged is dropped.

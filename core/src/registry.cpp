@@ -8,9 +8,9 @@
 #include "plugin_checks.hpp"
 #include "plugin_table.hpp"
 
+#include <wt/wt_plugin_v1.h>
 #include <wt/error.hpp>
 #include <wt/log.hpp>
-#include <wt/wt_plugin_v1.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -185,9 +185,8 @@ std::shared_ptr<const Plugin> load_plugin_file(const std::string& path,
   std::string version = api->plugin_version ? api->plugin_version : "unknown";
   logger()->debug("loaded plugin {} (backend {}, version {}, ABI {})", path, backend, version,
                   plugin_abi);
-  auto table = plugin_abi == 1
-                   ? detail::table_v1(reinterpret_cast<const wt_plugin_api_v1*>(api))
-                   : detail::table_v2(api);
+  auto table = plugin_abi == 1 ? detail::table_v1(reinterpret_cast<const wt_plugin_api_v1*>(api))
+                               : detail::table_v2(api);
   return std::make_shared<const Plugin>(std::move(lib), std::move(table), path, backend,
                                         std::move(version), plugin_abi, api->capabilities);
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 namespace wt::detail {
 namespace {
@@ -24,7 +25,7 @@ bool is_1d_compact(const DLTensor& t) {
 std::string shown(DLDataType d) {
   auto n = torch_name(d);
   return n == "unknown" ? fmt::format("(code {}, {} bits, {} lanes)", d.code, d.bits, d.lanes)
-                   : std::string(n);
+                        : std::string(n);
 }
 
 [[noreturn]] void bad(const wt_sparse_patch& p, const std::string& why) {
@@ -36,6 +37,7 @@ std::string shown(DLDataType d) {
 
 void validate_patches(std::span<const wt_sparse_patch> patches,
                       const std::function<const PatchTarget*(const std::string&)>& target) {
+  std::map<std::string, std::vector<int32_t>> indices_of;  // across the batch, per parameter
   for (const auto& p : patches) {
     if (p.name == nullptr || *p.name == '\0')
       throw Error(WT_ERR_INVALID_ARGUMENT, "a patch has no parameter name");
@@ -47,8 +49,8 @@ void validate_patches(std::span<const wt_sparse_patch> patches,
                               p.name));
     if (!on_host(p.indices) || !on_host(p.values))
       bad(p, "indices and values must be in host memory here");
-    if (!is_1d_compact(p.indices) || p.indices.dtype.code != kDLInt ||
-        p.indices.dtype.bits != 32 || p.indices.dtype.lanes != 1)
+    if (!is_1d_compact(p.indices) || p.indices.dtype.code != kDLInt || p.indices.dtype.bits != 32 ||
+        p.indices.dtype.lanes != 1)
       bad(p, "indices must be a compact 1-D int32 tensor");
     if (!is_1d_compact(p.values) || p.values.shape[0] != p.indices.shape[0])
       bad(p, fmt::format("values must be a compact 1-D tensor with as many elements as indices "
@@ -58,24 +60,34 @@ void validate_patches(std::span<const wt_sparse_patch> patches,
         p.values.dtype.lanes != t->dtype.lanes)
       bad(p, fmt::format("values have dtype {} but the parameter is {}", shown(p.values.dtype),
                          shown(t->dtype)));
+    const int64_t n = p.indices.shape[0];
+    if (n > 0 && (p.indices.data == nullptr || p.values.data == nullptr))
+      bad(p, "indices or values have no data pointer");
     if (p.full_ndim < 0) bad(p, "full_shape is not given");
+    if (p.full_ndim > 0 && p.full_shape == nullptr) bad(p, "full_ndim > 0 but full_shape is NULL");
     std::vector<int64_t> full(p.full_shape, p.full_shape + p.full_ndim);
     if (full != t->shape)
       bad(p, fmt::format("full_shape [{}] differs from the parameter's shape [{}]",
                          fmt::join(full, ", "), fmt::join(t->shape, ", ")));
     int64_t numel = 1;
     for (auto d : t->shape) numel *= d;
-    const int64_t n = p.indices.shape[0];
     const auto* idx = reinterpret_cast<const int32_t*>(static_cast<const char*>(p.indices.data) +
                                                        p.indices.byte_offset);
     for (int64_t i = 0; i < n; ++i)
       if (idx[i] < 0 || idx[i] >= numel)
         bad(p, fmt::format("index {} at position {} is outside [0, {})", idx[i], i, numel));
-    // Twice the same index would make the result depend on the order of application.
-    std::vector<int32_t> sorted(idx, idx + n);
-    std::sort(sorted.begin(), sorted.end());
-    if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
-      bad(p, fmt::format("index {} appears more than once", *d));
+    auto& all = indices_of[p.name];
+    all.insert(all.end(), idx, idx + n);
+  }
+  // Twice the same index of a parameter, in one patch or in two of the batch, would make the result
+  // depend on the order of application.
+  for (auto& [name, all] : indices_of) {
+    std::sort(all.begin(), all.end());
+    if (auto d = std::adjacent_find(all.begin(), all.end()); d != all.end())
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("patch for '{}' refused: index {} appears more than once in this "
+                              "batch",
+                              name, *d));
   }
 }
 

@@ -15,13 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,7 +46,10 @@ class HttpClient : public Client {
   void update_weights(std::string_view update_info_json) override;
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
   void end_weight_update(std::string_view reason) override;
-  // Closes the connections of calls in flight; they throw WT_ERR_ABORTED.
+  // Closes the connections of calls in flight; those that got no answer throw WT_ERR_ABORTED.
+  // A call still connecting when it runs returns at its connection deadline instead. Ending an
+  // update (the route, or its fallback) is not interrupted: it is how an aborted round is cleaned
+  // up, and it has its own deadline.
   void abort_calls() override;
 
   // wt serve's extras, for verification.
@@ -56,9 +59,10 @@ class HttpClient : public Client {
   const std::string& base_url() const { return base_; }
 
  private:
-  // With not_found given, an HTTP 404 sets it instead of throwing.
-  nlohmann::json post(const std::string& path, const std::string* body,
-                      bool* not_found = nullptr);
+  // With not_found given, an HTTP 404 sets it instead of throwing. An abortable call is
+  // interrupted by abort_calls().
+  nlohmann::json post(const std::string& path, const std::string* body, bool* not_found = nullptr,
+                      bool abortable = true);
   std::string base_;
   Options options_;
   // Kept-alive connections not in use; a call takes one (or opens one) and puts it back.

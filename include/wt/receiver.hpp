@@ -35,6 +35,9 @@ class Receiver {
     // Threads that copy received host tensors into place (a batch under 32 MiB uses one);
     // 0: the hardware's thread count, at most 8.
     unsigned load_threads = 0;
+    // Receiver-side options for the backend's worker engine (a JSON object), e.g. the backend
+    // keys of `wt serve --weight-transfer-config`.
+    nlohmann::json backend_options = nlohmann::json::object();
   };
   struct Tensor {
     DLDataType dtype{};
@@ -84,8 +87,8 @@ class Receiver {
 
  private:
   class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches
-  uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
-  void discard_staged();                              // staged tensors become spares
+  uint64_t load(std::span<const wt_tensor> tensors);           // returns the bytes copied
+  void discard_staged();                                       // staged tensors become spares
   Tensor take_slot(const std::string& name, uint64_t nbytes);  // a spare of that size, or new
 
   Options options_;

@@ -101,19 +101,21 @@ extern "C" {
 typedef int32_t wt_status;
 
 #define WT_OK 0
-#define WT_ERR_INVALID_ARGUMENT 1 /* bad input: a field, a payload, a tensor; the message names it */
-#define WT_ERR_INCOMPATIBLE 2     /* ABI version, capability or wire-format mismatch */
-#define WT_ERR_UNSUPPORTED 3      /* not built in, or not possible here (CUDA without a GPU) */
-#define WT_ERR_STATE 4            /* called out of order (e.g. receive before start) */
-#define WT_ERR_SYSTEM 5           /* an operating-system call failed (shared memory, sockets) */
-#define WT_ERR_DEVICE 6           /* a CUDA or NCCL call failed */
-#define WT_ERR_TIMEOUT 7          /* a deadline passed */
-#define WT_ERR_ABORTED 8          /* abort() was called */
-#define WT_ERR_REMOTE 9           /* the other side (a client RPC, a peer) reported a failure */
-#define WT_ERR_NOT_FOUND 10       /* a named thing (backend, tensor, handle) does not exist */
-#define WT_ERR_INTERNAL 11        /* a bug, or an unexpected exception inside the plugin */
-#define WT_ERR_BUFFER_TOO_SMALL 12 /* since ABI 2: a caller's buffer cannot hold the answer; the \
-                                      size needed was written where the call says */
+#define WT_ERR_INVALID_ARGUMENT \
+  1                           /* bad input: a field, a payload, a tensor; the message names it */
+#define WT_ERR_INCOMPATIBLE 2 /* ABI version, capability or wire-format mismatch */
+#define WT_ERR_UNSUPPORTED 3  /* not built in, or not possible here (CUDA without a GPU) */
+#define WT_ERR_STATE 4        /* called out of order (e.g. receive before start) */
+#define WT_ERR_SYSTEM 5       /* an operating-system call failed (shared memory, sockets) */
+#define WT_ERR_DEVICE 6       /* a CUDA or NCCL call failed */
+#define WT_ERR_TIMEOUT 7      /* a deadline passed */
+#define WT_ERR_ABORTED 8      /* abort() was called */
+#define WT_ERR_REMOTE 9       /* the other side (a client RPC, a peer) reported a failure */
+#define WT_ERR_NOT_FOUND 10   /* a named thing (backend, tensor, handle) does not exist */
+#define WT_ERR_INTERNAL 11    /* a bug, or an unexpected exception inside the plugin */
+#define WT_ERR_BUFFER_TOO_SMALL                                    \
+  12 /* since ABI 2: a caller's buffer cannot hold the answer; the \
+        size needed was written where the call says */
 
 /* ------------------------------------------------------------------------------------------------
  * Capability bits a plugin declares in wt_plugin_api.capabilities. The host enforces them (rule 9).
@@ -317,7 +319,8 @@ typedef struct wt_loader {
   /* A batch of tensors, valid only during the call (growable elements). */
   wt_status (*load)(void* ctx, const wt_tensor* tensors, size_t count, char* err, size_t err_cap);
   /* A batch of patches, valid only during the call (growable elements). The host refuses the
-   * whole batch (out-of-range or duplicate index, wrong dtype or full_shape) before applying any. */
+   * whole batch (out-of-range or duplicate index, wrong dtype or full_shape) before applying any.
+   */
   wt_status (*load_patches)(void* ctx, const wt_sparse_patch* patches, size_t count, char* err,
                             size_t err_cap);
   /* Memory to write `param` into. On WT_OK with *found = 1, *out describes it (data, device,

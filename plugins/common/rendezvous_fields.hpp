@@ -25,15 +25,16 @@ struct RendezvousFields {
     f.rank = r.get_int("rank");
     if (f.master_port < 1 || f.master_port > 65535)
       sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
-                "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
-                f.master_port);
+                      "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
+                      f.master_port);
     if (f.world_size < 2)
-      sdk::fail_field("world_size", WT_ERR_INVALID_ARGUMENT,
+      sdk::fail_field(
+          "world_size", WT_ERR_INVALID_ARGUMENT,
           "invalid {}: field 'world_size' must be at least 2 (the trainer plus one worker), got {}",
           r.what(), f.world_size);
     if (f.rank < 0)
-      sdk::fail_field("rank", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0, got {}", r.what(),
-                f.rank);
+      sdk::fail_field("rank", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'rank' must be >= 0, got {}", r.what(), f.rank);
     return f;
   }
 

@@ -42,16 +42,17 @@ struct IpcInitInfo final : sdk::InitInfoBase {
     info->copy_threads = r.opt_int("copy_threads", 0);
     r.finish();
     if (info->rank_ < 0)
-      sdk::fail_field("rank", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0", r.what());
+      sdk::fail_field("rank", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0",
+                      r.what());
     if (info->packed_buffer_size_bytes <= 0)
-      sdk::fail_field("packed_buffer_size_bytes", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_buffer_size_bytes' must be > 0",
-                r.what());
+      sdk::fail_field("packed_buffer_size_bytes", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
     if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
-      sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be in 1..64",
-                r.what());
+      sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'packed_num_buffers' must be in 1..64", r.what());
     if (info->copy_threads < 0 || info->copy_threads > 256)
-      sdk::fail_field("copy_threads", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'copy_threads' must be in 0..256",
-                r.what());
+      sdk::fail_field("copy_threads", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'copy_threads' must be in 0..256", r.what());
     return info;
   }
 };

@@ -26,12 +26,9 @@ constexpr uint64_t kCapabilities = WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_
     ;
 
 // Serves ABI versions 1 and 2: the same file also loads into a wt 0.1.0 host.
-constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND,
-                                                WT_PLUGIN_VERSION,
-                                                kCapabilities,
-                                                &wt::ipc::IpcInitInfo::parse,
-                                                &make_trainer,
-                                                &make_worker,
+constexpr wt::sdk::PluginDefinition kDefinition{WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION,
+                                                kCapabilities,     &wt::ipc::IpcInitInfo::parse,
+                                                &make_trainer,     &make_worker,
                                                 /*oldest_abi=*/1};
 
 }  // namespace

@@ -152,8 +152,9 @@ void IpcTrainer::round(const sdk::SendArgs& args) {
   } catch (const sdk::Error& e) {
     // The inference side's update is ended (the client's end_weight_update), so the next round's
     // start is not refused. Updates still in flight must land before it, or one could reach the
-    // worker's next session and end that one instead. Unlike a collective, an ipc update never waits on this process, so
-    // waiting for it is bounded by the client's deadline (and by abort()).
+    // worker's next session and end that one instead. Unlike a collective, an ipc update never
+    // waits on this process, so waiting for it is bounded by the client's deadline (and by
+    // abort()).
     if (started && !update_failed_) {
       for (auto& rpc : in_flight_) {
         try {
@@ -293,8 +294,7 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
         stream_synced = true;
       }
       cuda::copy(b.data() + chunk.used, src, it.nbytes);
-    }
-    else if (is_compact(t.tensor))
+    } else if (is_compact(t.tensor))
       chunk.host_copies.push_back({b.data() + chunk.used, src, it.nbytes});  // valid until end()
     else
       copy_to_contiguous(b.data() + chunk.used, t.tensor, it.nbytes);

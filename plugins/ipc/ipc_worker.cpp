@@ -98,8 +98,8 @@ void IpcWorker::deliver(const std::vector<wt_tensor>& tensors, const std::vector
     }
     if (dst && (dst->device.device_type == kDLCPU || dst->device.device_type == kDLCUDAHost) &&
         dst->data != nullptr && dst->strides == nullptr) {
-      in_place.push_back({static_cast<unsigned char*>(dst->data) + dst->byte_offset,
-                          t.tensor.data, nbytes[i]});
+      in_place.push_back(
+          {static_cast<unsigned char*>(dst->data) + dst->byte_offset, t.tensor.data, nbytes[i]});
       placed.push_back(&t);
     } else {
       rest.push_back(t);

@@ -1,11 +1,12 @@
 // The ipc worker engine: maps the handles an update names, validates the whole update, then
 // delivers the tensors: host tensors are copied straight into the receiver's memory where the
-// loader offers a destination (one copy, out of shared memory), the rest handed to load(). Host mappings are cached by segment name across
-// rounds (the trainer reuses its buffers and unlinks their names once mapped); a mapping not used
-// in a round is released at that round's finish. A mapping replaced during an update (the same
-// name again with a larger size, or a file replaced under its name) is kept until that update's
-// load has returned: tensors handed to the load may point into it. CUDA handles are closed at
-// finish. Only wt segments of this user are mapped (ShmSegment::open).
+// loader offers a destination (one copy, out of shared memory), the rest handed to load(). Host
+// mappings are cached by segment name across rounds (the trainer reuses its buffers and unlinks
+// their names once mapped); a mapping not used in a round is released at that round's finish. A
+// mapping replaced during an update (the same name again with a larger size, or a file replaced
+// under its name) is kept until that update's load has returned: tensors handed to the load may
+// point into it. CUDA handles are closed at finish. Only wt segments of this user are mapped
+// (ShmSegment::open).
 #pragma once
 
 #include "cuda_ipc.hpp"

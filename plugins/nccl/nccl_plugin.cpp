@@ -37,10 +37,10 @@ std::unique_ptr<wt::sdk::InitInfoBase> parse(const nlohmann::json& fields) {
   r.finish();
   if (info->packed_buffer_size_bytes <= 0)
     wt::sdk::fail_field("packed_buffer_size_bytes", WT_ERR_INVALID_ARGUMENT,
-                  "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
+                        "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
   if (info->packed_num_buffers < 1)
-    wt::sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'packed_num_buffers' must be >= 1",
-                  r.what());
+    wt::sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT,
+                        "invalid {}: field 'packed_num_buffers' must be >= 1", r.what());
   return info;
 }
 

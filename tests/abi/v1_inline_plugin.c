@@ -64,9 +64,15 @@ static wt_status to_json(const wt_init_info* info, char* buf, size_t cap, size_t
   memcpy(buf, text, (size_t)n + 1);
   return WT_OK;
 }
-static int64_t rank(const wt_init_info* info) { return info->rank; }
-static int32_t is_sender(const wt_init_info* info) { return info->rank == 0; }
-static void destroy_info(wt_init_info* info) { free(info); }
+static int64_t rank(const wt_init_info* info) {
+  return info->rank;
+}
+static int32_t is_sender(const wt_init_info* info) {
+  return info->rank == 0;
+}
+static void destroy_info(wt_init_info* info) {
+  free(info);
+}
 
 /* ---- trainer ---- */
 static wt_status trainer_create(const wt_host_api* host, const wt_init_info* info,
@@ -154,15 +160,19 @@ static wt_status send_weights(wt_trainer* t, const wt_send_args* args) {
   }
   s->end(s->ctx);
   if (st != WT_OK) return st;
-  return c->finish_weight_update(c->ctx, args != NULL ? args->weight_version : NULL,
-                                 t->last_error, sizeof t->last_error);
+  return c->finish_weight_update(c->ctx, args != NULL ? args->weight_version : NULL, t->last_error,
+                                 sizeof t->last_error);
 }
 static wt_status trainer_abort(wt_trainer* t) {
   (void)t;
   return WT_OK;
 }
-static const char* trainer_last_error(const wt_trainer* t) { return t->last_error; }
-static void trainer_destroy(wt_trainer* t) { free(t); }
+static const char* trainer_last_error(const wt_trainer* t) {
+  return t->last_error;
+}
+static void trainer_destroy(wt_trainer* t) {
+  free(t);
+}
 
 /* ---- worker ---- */
 static wt_status worker_create(const wt_host_api* host, const char* init_info_json,
@@ -245,21 +255,42 @@ static wt_status worker_finish(wt_worker* w) {
   w->active = 0;
   return WT_OK;
 }
-static wt_status worker_abort(wt_worker* w) { return worker_finish(w); }
-static const char* worker_last_error(const wt_worker* w) { return w->last_error; }
-static void worker_destroy(wt_worker* w) { free(w); }
+static wt_status worker_abort(wt_worker* w) {
+  return worker_finish(w);
+}
+static const char* worker_last_error(const wt_worker* w) {
+  return w->last_error;
+}
+static void worker_destroy(wt_worker* w) {
+  free(w);
+}
 
-static const wt_init_info_vtable kInitInfo = {sizeof(wt_init_info_vtable), 1, parse_json, to_json,
-                                              rank, is_sender, destroy_info};
-static const wt_trainer_vtable kTrainer = {sizeof(wt_trainer_vtable), 1, trainer_create,
-                                           send_weights, trainer_abort, trainer_last_error,
+static const wt_init_info_vtable kInitInfo = {
+    sizeof(wt_init_info_vtable), 1, parse_json, to_json, rank, is_sender, destroy_info};
+static const wt_trainer_vtable kTrainer = {sizeof(wt_trainer_vtable),
+                                           1,
+                                           trainer_create,
+                                           send_weights,
+                                           trainer_abort,
+                                           trainer_last_error,
                                            trainer_destroy};
-static const wt_worker_vtable kWorker = {sizeof(wt_worker_vtable), 1, worker_create, worker_start,
-                                         worker_receive, worker_finish, worker_abort,
-                                         worker_last_error, worker_destroy};
-static const wt_plugin_api kApi = {sizeof(wt_plugin_api), 1, "v1inline", "1.0.0",
+static const wt_worker_vtable kWorker = {sizeof(wt_worker_vtable),
+                                         1,
+                                         worker_create,
+                                         worker_start,
+                                         worker_receive,
+                                         worker_finish,
+                                         worker_abort,
+                                         worker_last_error,
+                                         worker_destroy};
+static const wt_plugin_api kApi = {sizeof(wt_plugin_api),
+                                   1,
+                                   "v1inline",
+                                   "1.0.0",
                                    WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY,
-                                   &kInitInfo, &kTrainer, &kWorker};
+                                   &kInitInfo,
+                                   &kTrainer,
+                                   &kWorker};
 
 WT_PLUGIN_EXPORT wt_status wt_plugin_get(uint32_t host_abi, uint32_t* plugin_abi,
                                          const wt_plugin_api** api) {

@@ -26,14 +26,20 @@ static wt_status to_json(const wt_init_info* info, char* buf, size_t cap, size_t
   memcpy(buf, "{}", 3);
   return WT_OK;
 }
-static int64_t rank(const wt_init_info* info) { return info->rank; }
-static int32_t is_sender(const wt_init_info* info) { return info->rank == 0; }
-static void destroy(wt_init_info* info) { free(info); }
+static int64_t rank(const wt_init_info* info) {
+  return info->rank;
+}
+static int32_t is_sender(const wt_init_info* info) {
+  return info->rank == 0;
+}
+static void destroy(wt_init_info* info) {
+  free(info);
+}
 
-static const wt_init_info_vtable kInitInfo = {sizeof(wt_init_info_vtable), WT_ABI_VERSION,
-                                              parse_json, to_json, rank, is_sender, destroy};
-static const wt_plugin_api kApi = {sizeof(wt_plugin_api), WT_ABI_VERSION, "abionly", "0.0.1", 0,
-                                   &kInitInfo, NULL, NULL};
+static const wt_init_info_vtable kInitInfo = {
+    sizeof(wt_init_info_vtable), WT_ABI_VERSION, parse_json, to_json, rank, is_sender, destroy};
+static const wt_plugin_api kApi = {
+    sizeof(wt_plugin_api), WT_ABI_VERSION, "abionly", "0.0.1", 0, &kInitInfo, NULL, NULL};
 
 WT_PLUGIN_EXPORT wt_status wt_plugin_get(uint32_t host_abi, uint32_t* plugin_abi,
                                          const wt_plugin_api** api) {

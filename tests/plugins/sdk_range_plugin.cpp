@@ -70,8 +70,8 @@ class Worker final : public wt::sdk::WorkerBase {
     for (std::size_t i = 0; i < names.size(); ++i) {
       shapes[i] = static_cast<int64_t>(values[i].size());
       ts[i].name = names[i].c_str();
-      ts[i].tensor = DLTensor{values[i].data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &shapes[i],
-                              nullptr, 0};
+      ts[i].tensor =
+          DLTensor{values[i].data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &shapes[i], nullptr, 0};
     }
     loader.load(ts);
   }
@@ -89,8 +89,8 @@ std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt::sdk::WorkerContext&,
 }
 
 constexpr wt::sdk::PluginDefinition kDefinition{
-    "sdkrange",   "1.0.0",      WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY,
-    &parse,       &make_trainer, &make_worker,
+    "sdkrange",      "1.0.0",       WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY,
+    &parse,          &make_trainer, &make_worker,
     /*oldest_abi=*/1};
 
 }  // namespace

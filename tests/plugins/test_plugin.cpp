@@ -39,9 +39,9 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
-#include <vector>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #ifndef WT_TEST_ABI
 #define WT_TEST_ABI WT_ABI_VERSION
@@ -96,12 +96,13 @@ wt_status parse(const wt_host_api*, const char* json, wt_init_info** out, char* 
   wt::sdk::write_message(field, field_cap, "");
   return guard_into(err, cap, [&] {
     try {
-    auto j = wt::sdk::parse_json_text(json, "init_info for backend '" WT_TEST_DECLARED_BACKEND "'");
-    wt::sdk::FieldReader r(j, "init_info for backend '" WT_TEST_DECLARED_BACKEND "'");
-    r.allow("backend");
-    int64_t rank = r.opt_int("rank", 0);
-    r.finish();
-    *out = new wt_init_info{rank};
+      auto j =
+          wt::sdk::parse_json_text(json, "init_info for backend '" WT_TEST_DECLARED_BACKEND "'");
+      wt::sdk::FieldReader r(j, "init_info for backend '" WT_TEST_DECLARED_BACKEND "'");
+      r.allow("backend");
+      int64_t rank = r.opt_int("rank", 0);
+      r.finish();
+      *out = new wt_init_info{rank};
     } catch (const wt::sdk::Error& e) {
       wt::sdk::write_message(field, field_cap, e.field());
       throw;
@@ -155,7 +156,8 @@ wt_status trainer_create(const wt_trainer_create_args* args, wt_trainer** out, c
       // Walks the pass through the raw slots: this plugin decides the size of what next() fills.
       const wt_weight_source* src = t->source.raw();
       char err[512] = {0};
-      if (src->begin(src->ctx, err, sizeof err) != WT_OK) wt::sdk::fail(WT_ERR_REMOTE, "begin: {}", err);
+      if (src->begin(src->ctx, err, sizeof err) != WT_OK)
+        wt::sdk::fail(WT_ERR_REMOTE, "begin: {}", err);
       for (;;) {
         struct {
           element_tensor e;
@@ -247,22 +249,36 @@ wt_status worker_receive(wt_worker* w, const char* json, const wt_loader* loader
         check(loader->load(loader->ctx, &batch[0].t, batch.size(), err, sizeof err), "load");
     }
     if (j.contains("patch")) {
-      const auto& p = j["patch"];
-      auto name = p["name"].get<std::string>();
-      auto idx = p["indices"].get<std::vector<int32_t>>();
-      auto vals = p["values"].get<std::vector<float>>();
-      auto full = p["full_shape"].get<std::vector<int64_t>>();
-      int64_t n[1] = {static_cast<int64_t>(idx.size())};
-      int64_t nv[1] = {static_cast<int64_t>(vals.size())};
-      wt_sparse_patch patch{};
-      patch.struct_size = sizeof patch;
-      patch.abi_version = WT_ABI_VERSION;
-      patch.name = name.c_str();
-      patch.indices = DLTensor{idx.data(), {kDLCPU, 0}, 1, {kDLInt, 32, 1}, n, nullptr, 0};
-      patch.values = DLTensor{vals.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, nv, nullptr, 0};
-      patch.full_ndim = static_cast<int32_t>(full.size());
-      patch.full_shape = full.data();
-      check(loader->load_patches(loader->ctx, &patch, 1, err, sizeof err), "load_patches");
+      // One patch, or a list of them handed over as one batch.
+      auto list = j["patch"].is_array() ? j["patch"] : nlohmann::json::array({j["patch"]});
+      struct Owned {
+        std::string name;
+        std::vector<int32_t> idx;
+        std::vector<float> vals;
+        std::vector<int64_t> full;
+        int64_t n[1], nv[1];
+      };
+      std::vector<Owned> owned(list.size());
+      std::vector<wt_sparse_patch> batch(list.size());
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        auto& o = owned[i];
+        o.name = list[i]["name"].get<std::string>();
+        o.idx = list[i]["indices"].get<std::vector<int32_t>>();
+        o.vals = list[i]["values"].get<std::vector<float>>();
+        o.full = list[i]["full_shape"].get<std::vector<int64_t>>();
+        o.n[0] = static_cast<int64_t>(o.idx.size());
+        o.nv[0] = static_cast<int64_t>(o.vals.size());
+        auto& patch = batch[i];
+        patch.struct_size = sizeof patch;
+        patch.abi_version = WT_ABI_VERSION;
+        patch.name = o.name.c_str();
+        patch.indices = DLTensor{o.idx.data(), {kDLCPU, 0}, 1, {kDLInt, 32, 1}, o.n, nullptr, 0};
+        patch.values = DLTensor{o.vals.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, o.nv, nullptr, 0};
+        patch.full_ndim = static_cast<int32_t>(o.full.size());
+        patch.full_shape = o.full.data();
+      }
+      check(loader->load_patches(loader->ctx, batch.data(), batch.size(), err, sizeof err),
+            "load_patches");
     }
   });
 }
@@ -335,22 +351,17 @@ constexpr uint32_t kWorkerSize = offsetof(wt_worker_vtable, receive);
 #else
 constexpr uint32_t kWorkerSize = sizeof(wt_worker_vtable);
 #endif
-const wt_worker_vtable kWorker = {
-    kWorkerSize,   WT_TEST_ABI,   &worker_create,     &worker_start,  &worker_receive,
-    &worker_finish, &worker_abort, &worker_last_error, &worker_destroy};
+const wt_worker_vtable kWorker = {kWorkerSize,   WT_TEST_ABI,        &worker_create,
+                                  &worker_start, &worker_receive,    &worker_finish,
+                                  &worker_abort, &worker_last_error, &worker_destroy};
 #ifdef WT_TEST_BAD_VTABLE
 const wt_trainer_vtable* const kTrainerPtr = reinterpret_cast<const wt_trainer_vtable*>(0x20);
 #else
 const wt_trainer_vtable* const kTrainerPtr = &kTrainer;
 #endif
-const wt_plugin_api kApi = {sizeof(wt_plugin_api),
-                            WT_TEST_ABI,
-                            WT_TEST_BACKEND_STRING,
-                            "9.9.9",
-                            WT_TEST_CAPS,
-                            &kInitInfo,
-                            kTrainerPtr,
-                            &kWorker};
+const wt_plugin_api kApi = {
+    sizeof(wt_plugin_api), WT_TEST_ABI, WT_TEST_BACKEND_STRING, "9.9.9", WT_TEST_CAPS, &kInitInfo,
+    kTrainerPtr,           &kWorker};
 
 #ifdef WT_TEST_FF_TABLE
 alignas(wt_plugin_api) constexpr std::array<unsigned char, 256> kFF = [] {

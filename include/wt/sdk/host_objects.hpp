@@ -113,10 +113,18 @@ class SourceRef {
     check(need(&wt_weight_source::metadata, "metadata"), "metadata", &p, &n);
     std::vector<ParamMeta> out;
     out.reserve(n);
+    if (n > 0 && p == nullptr) fail(WT_ERR_INTERNAL, "the weight source's metadata is NULL");
+    if (n > 0 && !covers(p, &wt_param_meta::shape))
+      fail(WT_ERR_INCOMPATIBLE,
+           "the weight source's metadata elements have struct_size {}, too "
+           "small for ABI 2",
+           p->struct_size);
     for (std::size_t i = 0; i < n; ++i) {
       const auto* m = WT_ELEMENT(wt_param_meta, p, i);
-      out.push_back({m->name ? m->name : "", m->dtype,
-                     std::vector<int64_t>(m->shape, m->shape + m->ndim)});
+      if (m->ndim < 0 || (m->ndim > 0 && m->shape == nullptr))
+        fail(WT_ERR_INTERNAL, "the weight source's metadata has a bad shape at item {}", i);
+      out.push_back(
+          {m->name ? m->name : "", m->dtype, std::vector<int64_t>(m->shape, m->shape + m->ndim)});
     }
     return out;
   }
@@ -234,14 +242,16 @@ class LoaderRef {
   std::optional<DLTensor> destination(const ParamMeta& param) const {
     if (!has_slot(l_, &wt_loader::destination) || !has_slot(l_, &wt_loader::written))
       return std::nullopt;
-    wt_param_meta m{sizeof(wt_param_meta), WT_ABI_VERSION,
-                    param.name.c_str(),    param.dtype,
-                    static_cast<int32_t>(param.shape.size()), param.shape.data()};
+    wt_param_meta m{sizeof(wt_param_meta),
+                    WT_ABI_VERSION,
+                    param.name.c_str(),
+                    param.dtype,
+                    static_cast<int32_t>(param.shape.size()),
+                    param.shape.data()};
     DLTensor out{};
     int32_t found = 0;
-    call("destination", [&](char* e, std::size_t n) {
-      return l_->destination(l_->ctx, &m, &out, &found, e, n);
-    });
+    call("destination",
+         [&](char* e, std::size_t n) { return l_->destination(l_->ctx, &m, &out, &found, e, n); });
     if (!found) return std::nullopt;
     return out;
   }
@@ -263,7 +273,8 @@ class LoaderRef {
     char err[kErrCap] = {0};
     wt_status s = f(err, sizeof err);
     if (s != WT_OK)
-      throw Error(s, fmt::format("the loader's {} failed: {}", name, err[0] ? err : "no reason given"));
+      throw Error(
+          s, fmt::format("the loader's {} failed: {}", name, err[0] ? err : "no reason given"));
   }
   const wt_loader* l_;
 };

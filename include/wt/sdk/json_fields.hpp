@@ -149,8 +149,9 @@ class FieldReader {
   }
   [[noreturn]] void element_error(const std::string& key, std::size_t i, const char* want,
                                   const nlohmann::json& got) const {
-    fail_field(top_key(key), WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}[{}]' must be {}, got {}",
-               what_, key, i, want, json_type_name(got));
+    fail_field(top_key(key), WT_ERR_INVALID_ARGUMENT,
+               "invalid {}: field '{}[{}]' must be {}, got {}", what_, key, i, want,
+               json_type_name(got));
   }
   static std::string top_key(const std::string& key) { return key.substr(0, key.find('[')); }
 

@@ -97,9 +97,11 @@ struct wt_init_info {
   std::unique_ptr<wt::sdk::InitInfoBase> impl;
 };
 struct wt_trainer {
+  // What serving an older ABI needs for the engine's lifetime (declared first: destroyed after
+  // impl, whose destructor may still use the client it holds).
+  std::shared_ptr<void> keep;
   std::unique_ptr<wt::sdk::TrainerBase> impl;
   std::string last_error;
-  std::shared_ptr<void> keep;  // what serving an older ABI needs for the engine's lifetime
 };
 struct wt_worker {
   std::unique_ptr<wt::sdk::WorkerBase> impl;
@@ -162,8 +164,21 @@ struct PluginTables {
     std::memcpy(buf, text.c_str(), text.size() + 1);
     return WT_OK;
   }
-  static int64_t rank(const wt_init_info* info) { return info->impl->rank(); }
-  static int32_t is_sender(const wt_init_info* info) { return info->impl->is_sender() ? 1 : 0; }
+  // No status to return here: an exception (a plugin bug) becomes rank -1, not a sender.
+  static int64_t rank(const wt_init_info* info) noexcept {
+    try {
+      return info->impl->rank();
+    } catch (...) {
+      return -1;
+    }
+  }
+  static int32_t is_sender(const wt_init_info* info) noexcept {
+    try {
+      return info->impl->is_sender() ? 1 : 0;
+    } catch (...) {
+      return 0;
+    }
+  }
   static void destroy_info(wt_init_info* info) { delete info; }
 
   static wt_status trainer_create(const wt_trainer_create_args* args, wt_trainer** out, char* err,
@@ -185,11 +200,16 @@ struct PluginTables {
       if (args != nullptr) {
         if (has_slot(args, &wt_send_args::weight_version)) a.weight_version = args->weight_version;
         if (has_slot(args, &wt_send_args::num_patches) && args->num_patches > 0) {
-          if (args->patches == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "num_patches > 0 but no patches");
+          if (args->patches == nullptr)
+            fail(WT_ERR_INVALID_ARGUMENT, "num_patches > 0 but no patches");
+          if (args->patches->struct_size < sizeof(wt_sparse_patch))
+            fail(WT_ERR_INVALID_ARGUMENT,
+                 "patches have struct_size {}, smaller than ABI 2's {} bytes",
+                 args->patches->struct_size, sizeof(wt_sparse_patch));
           for (size_t i = 0; i < args->num_patches; ++i) {
             wt_sparse_patch p{};
-            const auto* src = WT_ELEMENT(wt_sparse_patch, args->patches, i);
-            std::memcpy(&p, src, std::min<std::size_t>(src->struct_size, sizeof p));
+            std::memcpy(&p, WT_ELEMENT(wt_sparse_patch, args->patches, i), sizeof p);
+            p.struct_size = sizeof p;  // now this build's own layout
             a.patches.push_back(p);
           }
         }
@@ -215,9 +235,9 @@ struct PluginTables {
       c.device = args->device;
       if (has_slot(args, &wt_worker_create_args::stream)) c.stream = args->stream;
       if (has_slot(args, &wt_worker_create_args::backend_options_json)) {
-        c.backend_options = parse_json_text(
-            args->backend_options_json,
-            fmt::format("backend options for backend '{}' (worker)", D.backend));
+        c.backend_options =
+            parse_json_text(args->backend_options_json,
+                            fmt::format("backend options for backend '{}' (worker)", D.backend));
         if (c.backend_options.is_null()) c.backend_options = nlohmann::json::object();
       }
       auto init = parse_json_text(args->init_info_json,

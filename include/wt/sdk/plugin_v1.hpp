@@ -37,8 +37,8 @@ struct Source {
         return WT_ERR_SYSTEM;
       }
       for (size_t i = 0; i < n; ++i)
-        self->meta[i] = {sizeof(wt_param_meta), WT_ABI_VERSION, p[i].name, p[i].dtype, p[i].ndim,
-                         p[i].shape};
+        self->meta[i] = {
+            sizeof(wt_param_meta), WT_ABI_VERSION, p[i].name, p[i].dtype, p[i].ndim, p[i].shape};
       *params = self->meta.data();
       *count = n;
       return WT_OK;
@@ -180,13 +180,9 @@ struct TablesV1 {
     return Tables::worker_receive(w, json, &l.c);
   }
 
-  static constexpr wt_init_info_vtable_v1 kInitInfo{sizeof(wt_init_info_vtable_v1),
-                                                    1,
-                                                    &parse,
-                                                    &to_json,
-                                                    &Tables::rank,
-                                                    &Tables::is_sender,
-                                                    &Tables::destroy_info};
+  static constexpr wt_init_info_vtable_v1 kInitInfo{
+      sizeof(wt_init_info_vtable_v1), 1, &parse, &to_json, &Tables::rank, &Tables::is_sender,
+      &Tables::destroy_info};
   static constexpr wt_trainer_vtable_v1 kTrainer{sizeof(wt_trainer_vtable_v1),
                                                  1,
                                                  &trainer_create,

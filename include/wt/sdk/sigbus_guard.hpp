@@ -14,8 +14,8 @@
 // The armed ranges live in a fixed table of lock-free slots indexed by thread id (no thread_local:
 // the handler must not allocate). A handler installed later that does not chain to the one it
 // replaced disables the guard. Header-only and host-side: libwt's receiver copies with it through
-// guarded_parallel_copy() (<wt/sdk/parallel_copy.hpp>); plugins keep no process-wide state and do not
-// install it.
+// guarded_parallel_copy() (<wt/sdk/parallel_copy.hpp>); plugins keep no process-wide state and do
+// not install it.
 #pragma once
 
 #include <setjmp.h>
