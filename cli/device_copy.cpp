@@ -25,11 +25,17 @@ DLDevice parse_device(const std::string& text) {
 
 void copy_device_to_host(void* dst, const DLTensor& src, std::size_t n) {
 #ifdef WT_CLI_WITH_CUDA
-  cudaError_t e = cudaMemcpy(dst, static_cast<const char*>(src.data) + src.byte_offset, n,
-                             cudaMemcpyDeviceToHost);
+  // On the tensor's own device (a loader pool thread starts on device 0), restored afterwards.
+  int previous = 0;
+  cudaError_t e = cudaGetDevice(&previous);
+  if (e == cudaSuccess && previous != src.device.device_id) e = cudaSetDevice(src.device.device_id);
+  if (e == cudaSuccess)
+    e = cudaMemcpy(dst, static_cast<const char*>(src.data) + src.byte_offset, n,
+                   cudaMemcpyDeviceToHost);
+  if (previous != src.device.device_id) cudaSetDevice(previous);
   if (e != cudaSuccess)
-    throw Error(WT_ERR_DEVICE,
-                fmt::format("cudaMemcpy device to host failed: {}", cudaGetErrorString(e)));
+    throw Error(WT_ERR_DEVICE, fmt::format("copying {} bytes from cuda:{} to host failed: {}", n,
+                                           src.device.device_id, cudaGetErrorString(e)));
 #else
   (void)dst, (void)src, (void)n;
   throw Error(WT_ERR_UNSUPPORTED, "this wt was built without the CUDA toolkit");

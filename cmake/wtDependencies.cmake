@@ -14,7 +14,8 @@ pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 set(WT_HAVE_CUDA OFF)
 if(WT_WITH_CUDA)
-  find_package(CUDAToolkit QUIET)
+  # 12.5: cudaGetDriverEntryPointByVersion (docs/cuda.md). An older toolkit builds host paths only.
+  find_package(CUDAToolkit 12.5 QUIET)
   if(CUDAToolkit_FOUND)
     set(WT_HAVE_CUDA ON)
     message(STATUS "wt: CUDA toolkit ${CUDAToolkit_VERSION} found: CUDA paths enabled")

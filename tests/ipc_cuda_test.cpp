@@ -86,6 +86,43 @@ TEST_P(IpcCudaGpu, TrainerProcessToCudaReceiverIsByteExact) {
   EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(3, 40, 64, 0));
 }
 
+// Tensors at 2-byte offsets inside one allocation: one handle, many odd offsets (the worker opens
+// it once and checks each range against the allocation the driver reports).
+TEST_P(IpcCudaGpu, TensorsAtTwoByteOffsetsInOneAllocationAreByteExact) {
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc", "--device", "cuda:0"});
+  std::vector<std::string> argv{WT_TEST_TRAINER_PATH, "--url",   url, "--cuda",
+                                "--cuda-one-allocation", "--rounds", "3"};
+  if (GetParam()) argv.insert(argv.end(), {"--packed", "--buffer-bytes", "262144"});
+  cli::Child trainer(argv);
+  ASSERT_EQ(trainer.wait(), 0) << trainer.output();
+  EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(3, 40, 64, 0));
+}
+
+// The producer writes on a non-blocking stream held back by a 256 MiB memset, and names that
+// stream in SendOptions: the engine must wait for it (packed: before its own copies, which run on
+// a stream of wt's; unpacked: before export), or stale bytes arrive.
+TEST_P(IpcCudaGpu, AProducerOnAHeldBackNonBlockingStreamIsWaitedFor) {
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc", "--device", "cuda:0"});
+  std::vector<std::string> argv{WT_TEST_TRAINER_PATH, "--url", url, "--cuda", "--cuda-stream",
+                                "--rounds", "3"};
+  if (GetParam()) argv.insert(argv.end(), {"--packed", "--buffer-bytes", "262144"});
+  cli::Child trainer(argv);
+  ASSERT_EQ(trainer.wait(), 0) << trainer.output();
+  EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(3, 40, 64, 0));
+}
+
+// Every CUDA call runs under a device guard: the caller's current device is left as it was.
+TEST(IpcCudaGpuDevice, ACudaWorkerLeavesTheCurrentDeviceAsItWas) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int before = -1, after = -2;
+  ASSERT_EQ(cudaGetDevice(&before), cudaSuccess);
+  auto worker = WorkerEngine::create("ipc", R"({"packed":false})", DLDevice{kDLCUDA, 0});
+  worker->start();
+  worker->abort();
+  ASSERT_EQ(cudaGetDevice(&after), cudaSuccess);
+  EXPECT_EQ(before, after);
+}
+
 INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, IpcCudaGpu, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
 

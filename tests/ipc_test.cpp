@@ -919,6 +919,38 @@ TEST(IpcHostile, AGuardedLoadOfATruncatedSegmentFailsTheUpdate) {
   worker->abort();
 }
 
+// abort() from another thread while a load is reading the mappings: it only flags; the load reads
+// valid memory to its end, the update then fails as aborted, and the engine stays usable.
+TEST(IpcWorkerAbort, AbortDuringASlowLoadIsSafeAndFailsTheUpdate) {
+  TestSegment a(std::size_t{1} << 20, 7);
+  auto update = host_update({{"a", a.name, a.n, a.n, 0}});
+  auto worker = WorkerEngine::create("ipc", R"({"packed": false})");
+  std::vector<unsigned char> copied;
+  std::atomic<bool> loading{false};
+  auto slow_load = [&](std::span<const wt_tensor> ts) {
+    loading = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto* p = static_cast<const unsigned char*>(ts[0].tensor.data);
+    copied.assign(p, p + a.n);
+  };
+  worker->start();
+  std::thread aborter([&] {
+    while (!loading) std::this_thread::yield();
+    worker->abort();
+  });
+  try {
+    worker->receive(update.dump(), slow_load);
+    ADD_FAILURE() << "an update aborted midway went through";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_ABORTED) << e.what();
+  }
+  aborter.join();
+  EXPECT_EQ(copied, a.bytes(0, a.n)) << "the load read the mapping to its end";
+  worker->start();  // usable again
+  worker->receive(update.dump(), slow_load);
+  worker->finish();
+}
+
 TEST(IpcHostile, ASegmentTruncatedDuringTheLoadFailsTheUpdateAndTheProcessStaysUp) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(

@@ -29,8 +29,10 @@ void check(cudaError_t e, const char* what) {
   fail(code, "{} failed: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-void set_device(int device) {
-  check(cudaSetDevice(device), "cudaSetDevice");
+int current_device() {
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
 }
 
 // cuMemGetAddressRange through the runtime's driver entry point, so the plugin does not link
@@ -47,10 +49,27 @@ GetAddressRange address_range_fn() {
   return reinterpret_cast<GetAddressRange>(fn);
 }
 
+CUresult address_range(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  static const GetAddressRange fn = address_range_fn();  // a function pointer, not state
+  return fn(base, size, p);
+}
+
 }  // namespace
 
 bool built_with_cuda() {
   return true;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  int now = current_device();
+  if (now != device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    previous_ = now;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
 std::string device_uuid(int device) {
@@ -77,10 +96,10 @@ int device_of(const void* ptr) {
 
 Exported export_pointer(const void* ptr) {
   int device = device_of(ptr);
-  set_device(device);
+  DeviceGuard guard(device);
   CUdeviceptr base = 0;
   size_t size = 0;
-  CUresult r = address_range_fn()(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
+  CUresult r = address_range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
   if (r != CUDA_SUCCESS)
     fail(WT_ERR_DEVICE, "cuMemGetAddressRange failed with CUresult {}", static_cast<int>(r));
   cudaIpcMemHandle_t h{};
@@ -94,28 +113,58 @@ Exported export_pointer(const void* ptr) {
 }
 
 DeviceBuffer::DeviceBuffer(int device, std::size_t size) : size_(size), device_(device) {
-  set_device(device);
+  DeviceGuard guard(device);
   check(cudaMalloc(&ptr_, size == 0 ? 1 : size), "cudaMalloc of a packed buffer");
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    cudaFree(ptr_);
+    ptr_ = nullptr;
+    check(e, "cudaStreamCreateWithFlags");
+  }
+  stream_ = s;
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != nullptr) {
-    cudaSetDevice(device_);
+  if (ptr_ == nullptr) return;
+  try {
+    DeviceGuard guard(device_);
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));  // no copy still writing
+    cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
     cudaFree(ptr_);
+  } catch (...) {  // no device to switch to: the context is gone with it
   }
 }
 
-void copy(void* dst, const void* src, std::size_t n) {
-  check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+void DeviceBuffer::copy_in(std::size_t offset, const void* src, std::size_t n) {
+  if (offset > size_ || n > size_ - offset)
+    fail(WT_ERR_INTERNAL, "a packed copy of {} bytes at {} overruns a {}-byte buffer", n, offset,
+         size_);
+  DeviceGuard guard(device_);
+  check(cudaMemcpyAsync(data() + offset, src, n, cudaMemcpyDefault,
+                        static_cast<cudaStream_t>(stream_)),
+        "cudaMemcpyAsync into a packed buffer");
+}
+
+void DeviceBuffer::synchronize() {
+  DeviceGuard guard(device_);
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 }
 
 void synchronize(int device) {
-  set_device(device);
+  DeviceGuard guard(device);
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 void synchronize_stream(void* stream) {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
+void wait_for(void* stream, int device) {
+  if (stream != nullptr)
+    synchronize_stream(stream);
+  else
+    synchronize(device);
 }
 
 Imported::Imported(const std::string& handle_b64, int device) : device_(device) {
@@ -125,14 +174,24 @@ Imported::Imported(const std::string& handle_b64, int device) : device_(device) 
     fail(WT_ERR_INVALID_ARGUMENT, "a CUDA IPC handle is {} bytes, this one decodes to {}", sizeof h,
          raw.size());
   std::memcpy(&h, raw.data(), sizeof h);
-  set_device(device);
+  DeviceGuard guard(device);
   check(cudaIpcOpenMemHandle(&ptr_, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (address_range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr_)) != CUDA_SUCCESS) {
+    cudaIpcCloseMemHandle(ptr_);
+    ptr_ = nullptr;
+    fail(WT_ERR_DEVICE, "cuMemGetAddressRange of an opened CUDA IPC handle failed");
+  }
+  size_ = size;
 }
 
 Imported::~Imported() {
-  if (ptr_ != nullptr) {
-    cudaSetDevice(device_);
+  if (ptr_ == nullptr) return;
+  try {
+    DeviceGuard guard(device_);
     cudaIpcCloseMemHandle(ptr_);
+  } catch (...) {
   }
 }
 
@@ -157,17 +216,27 @@ int device_of(const void*) {
 Exported export_pointer(const void*) {
   unsupported();
 }
+DeviceGuard::DeviceGuard(int) {
+  unsupported();
+}
+DeviceGuard::~DeviceGuard() = default;
 DeviceBuffer::DeviceBuffer(int, std::size_t) {
   unsupported();
 }
 DeviceBuffer::~DeviceBuffer() = default;
-void copy(void*, const void*, std::size_t) {
+void DeviceBuffer::copy_in(std::size_t, const void*, std::size_t) {
+  unsupported();
+}
+void DeviceBuffer::synchronize() {
   unsupported();
 }
 void synchronize(int) {
   unsupported();
 }
 void synchronize_stream(void*) {
+  unsupported();
+}
+void wait_for(void*, int) {
   unsupported();
 }
 Imported::Imported(const std::string&, int) {

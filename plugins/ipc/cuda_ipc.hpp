@@ -11,6 +11,20 @@ namespace wt::ipc::cuda {
 
 bool built_with_cuda();
 
+// Makes `device` the calling thread's current device for its scope and restores the one the caller
+// had: every CUDA call of the plugin runs under one, so a trainer's thread keeps its device and no
+// stray context appears on GPU 0.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" of a device index.
 std::string device_uuid(int device);
 
@@ -25,7 +39,9 @@ struct Exported {
 // Exports the allocation that contains `ptr`.
 Exported export_pointer(const void* ptr);
 
-// A device buffer for packed mode, exported once.
+// A device buffer for packed mode, exported once, with a non-blocking stream of its own on its
+// device: packing copies are queued there (copy_in) and waited for before the buffer is exported
+// (synchronize), never ordered by the legacy default stream alone.
 class DeviceBuffer {
  public:
   DeviceBuffer(int device, std::size_t size);
@@ -35,18 +51,24 @@ class DeviceBuffer {
   unsigned char* data() const { return static_cast<unsigned char*>(ptr_); }
   std::size_t size() const { return size_; }
   int device() const { return device_; }
+  // Queues a copy of n bytes (any memory kind) to data() + offset on this buffer's stream.
+  void copy_in(std::size_t offset, const void* src, std::size_t n);
+  // Returns when every copy queued so far is done.
+  void synchronize();
 
  private:
   void* ptr_ = nullptr;
+  void* stream_ = nullptr;  // cudaStream_t
   std::size_t size_ = 0;
   int device_ = 0;
 };
 
-// cudaMemcpy (any direction), a device-wide synchronize, and waiting for one stream (the one that
-// produced the tensors, when the host names it: cheaper than the whole device).
-void copy(void* dst, const void* src, std::size_t n);
+// A device-wide synchronize, and waiting for one stream (the one that produced the tensors, or
+// the model's, when the host names it: cheaper than the whole device). wait_for(null, d) waits
+// for the whole device d: with no stream named, work may be queued on any of them.
 void synchronize(int device);
 void synchronize_stream(void* stream);
+void wait_for(void* stream, int device);
 
 // A handle opened in this process (cudaIpcOpenMemHandle); closed on destruction.
 class Imported {
@@ -56,9 +78,13 @@ class Imported {
   Imported(const Imported&) = delete;
   Imported& operator=(const Imported&) = delete;
   unsigned char* base() const { return static_cast<unsigned char*>(ptr_); }
+  // The size of the allocation the handle opened, as the driver reports it: what a wire size is
+  // checked against.
+  uint64_t size() const { return size_; }
 
  private:
   void* ptr_ = nullptr;
+  uint64_t size_ = 0;
   int device_ = 0;
 };
 

@@ -53,10 +53,6 @@ Item describe_tensor(const wt_tensor& t) {
   return it;
 }
 
-std::string key_for(int cuda_device) {
-  return cuda_device < 0 ? kHostKey : cuda::device_uuid(cuda_device);
-}
-
 }  // namespace
 
 IpcTrainer::IpcTrainer(const sdk::TrainerContext& context, const IpcInitInfo& info)
@@ -81,6 +77,13 @@ IpcTrainer::IpcTrainer(const sdk::TrainerContext& context, const IpcInitInfo& in
 IpcTrainer::~IpcTrainer() {
   in_flight_.clear();
   parked_.clear();  // joins RPC threads left by failed rounds
+}
+
+std::string IpcTrainer::key_for(int cuda_device) {
+  if (cuda_device < 0) return kHostKey;
+  auto it = uuids_.find(cuda_device);  // cudaGetDeviceProperties once per device, not per tensor
+  if (it == uuids_.end()) it = uuids_.emplace(cuda_device, cuda::device_uuid(cuda_device)).first;
+  return it->second;
 }
 
 void IpcTrainer::check_not_aborted() const {
@@ -181,7 +184,7 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
   std::set<std::string> seen;
   std::optional<SharedMappings> shared;  // read once per round, at the first host tensor
   std::vector<CopyJob> host_copies;      // contiguous tensors into their segments, done together
-  std::vector<int> devices;
+  std::set<int> devices;
   wt_tensor t{};
   while (pass.next(&t)) {
     check_not_aborted();
@@ -191,10 +194,12 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
            it.meta.name);
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     Handle h;
-    if (it.cuda_device >= 0) {
+    if (it.cuda_device >= 0 && it.nbytes == 0) {
+      h = Handle{"cuda", "", "", 0, 0};  // nothing to share (its data may well be null)
+    } else if (it.cuda_device >= 0) {
       auto e = cuda::export_pointer(src);
       h = Handle{"cuda", "", e.handle_b64, e.allocation_size, e.offset};
-      devices.push_back(it.cuda_device);
+      devices.insert(it.cuda_device);
     } else {
       if (!shared) shared = SharedMappings::snapshot();
       auto in_place =
@@ -225,7 +230,8 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
   parallel_copy(host_copies, copy_threads_);
   pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   by_name_ = std::move(kept);  // segments of tensors that left the model are dropped here
-  // The producer's kernels are done before export: its stream when the host named it.
+  // The producer's kernels are done before export: its stream when the host named it, else each
+  // device the round's tensors are on, once.
   if (stream_ != nullptr && !devices.empty())
     cuda::synchronize_stream(stream_);
   else
@@ -265,7 +271,7 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
   const auto n_buffers = static_cast<int64_t>(info_.packed_num_buffers);
   const auto capacity = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
   Chunk chunk;
-  bool stream_synced = false;
+  std::set<int> producer_waited;  // devices whose producer work was waited for this round
   wt_tensor t{};
   while (pass.next(&t)) {
     check_not_aborted();
@@ -289,11 +295,11 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     auto c0 = std::chrono::steady_clock::now();
     if (it.cuda_device >= 0) {
-      if (stream_ != nullptr && !stream_synced) {  // the producer's kernels are done first
-        cuda::synchronize_stream(stream_);
-        stream_synced = true;
-      }
-      cuda::copy(b.data() + chunk.used, src, it.nbytes);
+      // The producer's work is done before its tensors are read: its stream when the host named
+      // it, else the tensor's device; once per round and device. The copy itself is queued on the
+      // buffer's own stream, and flush() waits for that stream before exporting.
+      if (producer_waited.insert(it.cuda_device).second) cuda::wait_for(stream_, it.cuda_device);
+      if (it.nbytes > 0) b.device->copy_in(chunk.used, src, it.nbytes);
     } else if (is_compact(t.tensor))
       chunk.host_copies.push_back({b.data() + chunk.used, src, it.nbytes});  // valid until end()
     else
@@ -312,7 +318,7 @@ void IpcTrainer::flush(Chunk& chunk, std::size_t index) {
   auto c0 = std::chrono::steady_clock::now();
   parallel_copy(chunk.host_copies, copy_threads_);
   pack_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-  if (b.cuda_device >= 0) cuda::synchronize(b.cuda_device);
+  if (b.cuda_device >= 0) b.device->synchronize();  // the packing copies, on the buffer's stream
   // Up to buffers - 1 updates in flight, so the workers never wait for the next request; the
   // count is the same on every rank, so their collectives line up.
   while (sent_ - completed_ >= std::max<int64_t>(1, info_.packed_num_buffers - 1)) sync_one();

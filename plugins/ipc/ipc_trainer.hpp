@@ -54,6 +54,7 @@ class IpcTrainer final : public sdk::TrainerBase {
                                                const std::vector<ParamMeta>& params);
   void release_all();
   void check_not_aborted() const;
+  std::string key_for(int cuda_device);  // "cpu", or the device's UUID (cached)
 
   sdk::HostLog log_;
   IpcInitInfo info_;
@@ -64,6 +65,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   unsigned copy_threads_;
   std::atomic<bool> aborted_{false};
   void* stream_ = nullptr;  // this round's producer stream (null: synchronise the device)
+  std::map<int, std::string> uuids_;  // by CUDA device index
 
   std::vector<Buffer> buffers_;                      // packed mode, by index
   std::map<std::string, ShmSegment> by_name_;        // unpacked host tensors, reused across rounds

@@ -17,7 +17,7 @@ namespace wt::ipc {
 using sdk::fail;
 
 IpcWorker::IpcWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info)
-    : log_(context.host, "[ipc] "), device_(context.device) {
+    : log_(context.host, "[ipc] "), device_(context.device), stream_(context.stream) {
   sdk::FieldReader r(init_info, "init_info for backend 'ipc' (worker)");
   packed_ = r.opt_bool("packed", false);
   r.finish();
@@ -44,6 +44,7 @@ IpcWorker::IpcWorker(const sdk::WorkerContext& context, const nlohmann::json& in
 }
 
 void IpcWorker::start() {
+  std::lock_guard<std::mutex> l(abort_mu_);
   if (active_) fail(WT_ERR_STATE, "a weight update is already active; call finish first");
   active_ = true;
   used_this_round_.clear();
@@ -74,12 +75,20 @@ unsigned char* IpcWorker::map_handle(const Handle& h, uint64_t need, const std::
   if (device_.device_type != kDLCUDA)
     fail(WT_ERR_INCOMPATIBLE, "invalid {}: a CUDA handle was selected for a host-memory worker",
          what);
+  if (need == 0 && h.size == 0) return nullptr;  // a zero-element tensor: nothing was shared
   auto it = cuda_.find(h.cuda_handle);
   if (it == cuda_.end())
     it = cuda_
              .emplace(h.cuda_handle,
                       std::make_unique<cuda::Imported>(h.cuda_handle, device_.device_id))
              .first;
+  // The wire's sizes are the trainer's word; the driver's size of what was opened is the fact.
+  const uint64_t real = it->second->size();
+  if (h.offset > real || need > real - h.offset)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: {} bytes at offset {} do not fit in the {}-byte CUDA allocation the handle "
+         "opened",
+         what, need, h.offset, real);
   return it->second->base() + h.offset;
 }
 
@@ -116,7 +125,24 @@ void IpcWorker::deliver(const std::vector<wt_tensor>& tensors, const std::vector
 }
 
 void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
-  if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
+  // abort() from another thread while this runs only flags: what the load may be reading is
+  // released here, once it has returned.
+  {
+    std::lock_guard<std::mutex> l(abort_mu_);
+    if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
+    receiving_ = true;
+  }
+  struct EndReceive {
+    IpcWorker& w;
+    ~EndReceive() {
+      std::lock_guard<std::mutex> l(w.abort_mu_);
+      w.receiving_ = false;
+      if (w.release_after_receive_) {
+        w.release_after_receive_ = false;
+        w.cuda_.clear();
+      }
+    }
+  } end_receive{*this};
   // Mappings replaced while this update is mapped go when it is done, loaded or failed.
   struct DropRetired {
     std::vector<ShmSegment>& retired;
@@ -160,6 +186,14 @@ void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
   log_.debug("update: {} tensor(s) mapped ({} host mapping(s) cached, {} replaced); loading",
              tensors.size(), shm_.size(), retired_.size());
   if (!tensors.empty()) deliver(tensors, u.nbytes, loader);
+  // The consumer may have queued copies out of the mapped memory on its stream without waiting:
+  // they are done before this update is answered (the trainer then reuses or frees the memory)
+  // and before any handle is closed.
+  if (device_.device_type == kDLCUDA && !tensors.empty()) cuda::wait_for(stream_, device_.device_id);
+  {
+    std::lock_guard<std::mutex> l(abort_mu_);
+    if (release_after_receive_) fail(WT_ERR_ABORTED, "the ipc worker was aborted during this update");
+  }
   // A trainer killed mid-round cannot unlink what it created; the last user does. Its liveness
   // file says whether it lives (probed once per creator, not once per segment).
   std::map<std::string, bool> creator_dead;  // by liveness token
@@ -177,6 +211,7 @@ void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
 }
 
 void IpcWorker::finish() {
+  std::lock_guard<std::mutex> l(abort_mu_);
   if (!active_) fail(WT_ERR_STATE, "finish called with no active weight update");
   active_ = false;
   for (auto it = shm_.begin(); it != shm_.end();)
@@ -185,8 +220,12 @@ void IpcWorker::finish() {
 }
 
 void IpcWorker::abort() {
+  std::lock_guard<std::mutex> l(abort_mu_);
   active_ = false;
-  cuda_.clear();
+  if (receiving_)
+    release_after_receive_ = true;  // a load may be reading the mappings: receive releases them
+  else
+    cuda_.clear();
 }
 
 }  // namespace wt::ipc

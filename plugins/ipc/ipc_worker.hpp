@@ -15,6 +15,7 @@
 #include <wt/sdk/plugin.hpp>
 
 #include <map>
+#include <mutex>
 #include <memory>
 #include <set>
 #include <vector>
@@ -39,8 +40,14 @@ class IpcWorker final : public sdk::WorkerBase {
   bool packed_ = false;
   unsigned copy_threads_ = 0;
   DLDevice device_{};
+  void* stream_ = nullptr;  // the model's cudaStream_t (null: wait for the whole device)
   std::string key_;  // "cpu" or this GPU's UUID
+  // active_, receiving_ and release_after_receive_ are guarded by abort_mu_: abort() may come from
+  // another thread while receive() runs.
+  std::mutex abort_mu_;
   bool active_ = false;
+  bool receiving_ = false;
+  bool release_after_receive_ = false;
   std::map<std::string, ShmSegment> shm_;  // by segment name
   std::vector<ShmSegment> retired_;        // replaced during the current update; dropped after it
   std::set<std::string> used_this_round_;

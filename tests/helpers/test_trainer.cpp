@@ -63,24 +63,53 @@ class CountingClient : public wt::Client {
 };
 
 #ifdef WT_TEST_WITH_CUDA
-// The same model, with every tensor copied into its own cudaMalloc allocation each pass.
+// The same model in CUDA memory, written afresh each pass: by default every tensor in its own
+// cudaMalloc allocation, written synchronously. one_allocation: all of them back to back in one
+// allocation, 2-byte aligned (one handle shared by many tensors at odd offsets). stream: written
+// with cudaMemcpyAsync on a non-blocking stream held back by a large memset queued before, so the
+// bytes are right only if the engine waits for that stream (SendOptions::stream).
 class CudaSource : public wt::WeightSource {
  public:
-  explicit CudaSource(wt::test::VectorSource& host) : host_(host) {}
-  ~CudaSource() override { release(); }
+  CudaSource(wt::test::VectorSource& host, bool one_allocation, bool use_stream)
+      : host_(host), one_allocation_(one_allocation) {
+    if (use_stream) {
+      check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      check(cudaMalloc(&scratch_, kScratch), "cudaMalloc scratch");
+    }
+  }
+  ~CudaSource() override {
+    release();
+    if (stream_) cudaStreamDestroy(stream_);
+    if (scratch_) cudaFree(scratch_);
+  }
+  cudaStream_t stream() const { return stream_; }
   const std::vector<wt::ParamMeta>& metadata() override { return host_.metadata(); }
   void begin() override {
     release();
     host_.begin();
+    if (one_allocation_) {
+      std::size_t total = 0;
+      for (auto& t : host_.tensors()) total += (t.bytes.size() + 1) / 2 * 2;
+      check(cudaMalloc(&block_, total ? total : 1), "cudaMalloc");
+    }
+    if (stream_) cudaMemsetAsync(scratch_, 0x5a, kScratch, stream_);  // holds the stream back
   }
   bool next(wt_tensor& out) override {
     if (!host_.next(out)) return false;
-    auto& t = host_.tensors()[ptrs_.size()];
+    auto& t = host_.tensors()[count_++];
     void* d = nullptr;
-    if (cudaMalloc(&d, t.bytes.size() ? t.bytes.size() : 1) != cudaSuccess)
-      throw std::runtime_error("cudaMalloc");
-    cudaMemcpy(d, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice);
-    ptrs_.push_back(d);
+    if (one_allocation_) {
+      d = static_cast<char*>(block_) + offset_;
+      offset_ += (t.bytes.size() + 1) / 2 * 2;
+    } else {
+      check(cudaMalloc(&d, t.bytes.size() ? t.bytes.size() : 1), "cudaMalloc");
+      ptrs_.push_back(d);
+    }
+    if (stream_)
+      check(cudaMemcpyAsync(d, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync");
+    else
+      check(cudaMemcpy(d, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     out.tensor.data = d;
     out.tensor.device = {kDLCUDA, 0};
     return true;
@@ -88,11 +117,24 @@ class CudaSource : public wt::WeightSource {
   void end() override { host_.end(); }
 
  private:
+  static constexpr std::size_t kScratch = std::size_t{256} << 20;
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  }
   void release() {
+    if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : ptrs_) cudaFree(p);
     ptrs_.clear();
+    if (block_) cudaFree(block_);
+    block_ = nullptr;
+    offset_ = count_ = 0;
   }
   wt::test::VectorSource& host_;
+  bool one_allocation_;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+  void* block_ = nullptr;
+  std::size_t offset_ = 0, count_ = 0;
   std::vector<void*> ptrs_;
 };
 #endif
@@ -102,7 +144,7 @@ class CudaSource : public wt::WeightSource {
 int main(int argc, char** argv) {
   CLI::App app{"wt test trainer"};
   std::string url, rendezvous;
-  bool packed = false, cuda = false, in_shm = false;
+  bool packed = false, cuda = false, in_shm = false, cuda_one_allocation = false, cuda_stream = false;
   int64_t buffer_bytes = 1 << 20;
   int rounds = 3, rank = 0, group_rank = 0, group_size = 1, layers = 40, width = 64, delay_ms = 0;
   uint32_t seed = 0;
@@ -119,6 +161,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed);
   app.add_option("--delay-ms", delay_ms, "sleep between rounds");
   app.add_flag("--cuda", cuda, "send from CUDA memory");
+  app.add_flag("--cuda-one-allocation", cuda_one_allocation,
+               "with --cuda: every tensor in one allocation, at 2-byte offsets");
+  app.add_flag("--cuda-stream", cuda_stream,
+               "with --cuda: write the tensors on a held-back non-blocking stream, named to send");
   app.add_flag("--weights-in-shm", in_shm, "keep the weights in a /dev/shm file");
   std::string pause_before;
   int pause_round = 0, pause_update = 0, pause_ms = -1, group_timeout_s = 30, http_timeout_s = 300;
@@ -137,8 +183,10 @@ int main(int argc, char** argv) {
     std::unique_ptr<wt::test::ShmFileSource> shm_source;
     if (in_shm) src = (shm_source = std::make_unique<wt::test::ShmFileSource>(source)).get();
 #ifdef WT_TEST_WITH_CUDA
-    CudaSource cuda_source(source);
-    if (cuda) src = &cuda_source;
+    std::unique_ptr<CudaSource> cuda_source;
+    if (cuda)
+      src = (cuda_source = std::make_unique<CudaSource>(source, cuda_one_allocation, cuda_stream))
+                .get();
 #else
     if (cuda) throw wt::Error(WT_ERR_UNSUPPORTED, "this helper was built without CUDA");
 #endif
@@ -162,6 +210,9 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) {
       wt::SendOptions opts;
       opts.weight_version = fmt::format("step-{}", r);
+#ifdef WT_TEST_WITH_CUDA
+      if (cuda_source) opts.stream = cuda_source->stream();
+#endif
       engine->send_weights(opts);
       fmt::print("round {} ok\n", r);
       std::fflush(stdout);
