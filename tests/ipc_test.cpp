@@ -1,5 +1,6 @@
 // The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
 // in-process client, strict update_info validation, and shared-memory hygiene.
+#include <wt/dtype.hpp>
 #include <wt/checksum.hpp>
 #include <wt/receiver.hpp>
 #include <wt/sdk/parallel_copy.hpp>
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <map>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -99,7 +101,80 @@ TEST(IpcTrainer, InitShipsExactlyPackedToTheWorker) {
     auto calls = client.calls();
     ASSERT_EQ(calls.size(), 1u);
     EXPECT_EQ(calls[0].method, "init");
-    EXPECT_EQ(json::parse(calls[0].payload), json({{"packed", packed}}));
+    // Packed tensors are 256-byte aligned by default, which the worker must know.
+    json expected = {{"packed", packed}};
+    if (packed) expected["packed_alignment"] = 256;
+    EXPECT_EQ(json::parse(calls[0].payload), expected);
+  }
+}
+
+TEST(IpcTrainer, PackedAlignmentOneShipsVllmsPayloadExactly) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  auto info = InitInfo::from_object(
+      {{"backend", "ipc"}, {"rank", 0}, {"packed", true}, {"packed_alignment", 1}});
+  auto engine = trainer_init(info, client, &source);
+  EXPECT_EQ(json::parse(client.calls()[0].payload), json({{"packed", true}}));
+}
+
+// A client that drives an ipc worker engine in this process with a plain load callback, so the
+// test sees the addresses the worker hands out (the reference receiver would take destinations).
+struct WorkerClient : Client {
+  std::unique_ptr<WorkerEngine> worker;
+  std::map<std::string, std::vector<unsigned char>> got;
+  std::vector<uintptr_t> addresses;
+  void init_weight_transfer_engine(std::string_view j) override {
+    worker = WorkerEngine::create("ipc", j);
+  }
+  void start_weight_update() override { worker->start(); }
+  void update_weights(std::string_view j) override {
+    worker->receive(j, [&](std::span<const wt_tensor> ts) {
+      for (const auto& t : ts) {
+        const auto* p = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
+        addresses.push_back(reinterpret_cast<uintptr_t>(p));
+        uint64_t n = 0;
+        checked_nbytes(t.tensor.shape, t.tensor.ndim, t.tensor.dtype, &n);
+        got[t.name].assign(p, p + n);
+      }
+    });
+  }
+  void finish_weight_update(const std::optional<std::string>&) override { worker->finish(); }
+};
+
+TEST(IpcTrainer, PackedTensorsArriveAlignedAndByteExact) {
+  for (int64_t alignment : {256, 1}) {
+    WorkerClient client;
+    test::VectorSource source;
+    source.add("a", kBF16, {3}, 1);  // 6 bytes: the next tensor would sit at +6 back to back
+    source.add("b", kF32, {5}, 2);
+    source.add("c", kBF16, {7}, 3);
+    auto info = InitInfo::from_object({{"backend", "ipc"},
+                                       {"rank", 0},
+                                       {"packed", true},
+                                       {"packed_buffer_size_bytes", 4096},
+                                       {"packed_alignment", alignment}});
+    auto engine = trainer_init(info, client, &source);
+    engine->send_weights();
+    for (auto& t : source.tensors()) EXPECT_EQ(client.got[t.name], t.bytes) << t.name;
+    ASSERT_EQ(client.addresses.size(), 3u);
+    if (alignment == 256)
+      for (auto a : client.addresses) EXPECT_EQ(a % 256, 0u);
+    else
+      EXPECT_EQ(client.addresses[1] - client.addresses[0], 6u) << "vLLM's layout: back to back";
+  }
+}
+
+TEST(IpcTrainer, PackedAlignmentMustBeAPowerOfTwo) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  auto info = InitInfo::from_object(
+      {{"backend", "ipc"}, {"rank", 0}, {"packed", true}, {"packed_alignment", 100}});
+  try {
+    trainer_init(info, client, &source);
+    FAIL();
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.field(), "packed_alignment");
+    EXPECT_THAT(e.what(), HasSubstr("must be a power of two in 1..4096"));
   }
 }
 

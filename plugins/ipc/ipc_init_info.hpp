@@ -6,7 +6,12 @@
 //                             overlaps the worker loading the previous one
 //   copy_threads              int, default 0 (one per core, at most 8): threads that copy host
 //                             tensors into a packed buffer
-// Only `packed` travels to the worker; the rest is the trainer's business.
+//   packed_alignment          int, default 256: every packed tensor starts at a multiple of it
+//                             (DLPack's promise; a kernel on a misaligned view faults). 1 packs
+//                             back to back, as vLLM does: use it with a stock vLLM receiver, whose
+//                             init payload has no such key.
+// `packed` travels to the worker, and `packed_alignment` when packed and not 1; the rest is the
+// trainer's business.
 #pragma once
 
 #include <wt/sdk/plugin.hpp>
@@ -19,17 +24,24 @@ struct IpcInitInfo final : sdk::InitInfoBase {
   int64_t packed_buffer_size_bytes = int64_t{1} << 30;
   int64_t packed_num_buffers = 2;
   int64_t copy_threads = 0;
+  int64_t packed_alignment = 256;
 
   nlohmann::json to_json() const override {
     return {{"rank", rank_},
             {"packed", packed},
             {"packed_buffer_size_bytes", packed_buffer_size_bytes},
             {"packed_num_buffers", packed_num_buffers},
-            {"copy_threads", copy_threads}};
+            {"copy_threads", copy_threads},
+            {"packed_alignment", packed_alignment}};
   }
   int64_t rank() const override { return rank_; }
   // What the sender ships through init_weight_transfer_engine.
-  nlohmann::json worker_init_info() const { return {{"packed", packed}}; }
+  // vLLM's payload exactly, unless packed tensors are aligned (which a wt worker must know).
+  nlohmann::json worker_init_info() const {
+    nlohmann::json j = {{"packed", packed}};
+    if (packed && packed_alignment != 1) j["packed_alignment"] = packed_alignment;
+    return j;
+  }
 
   static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {
     sdk::FieldReader r(fields, "init_info for backend 'ipc'");
@@ -40,6 +52,7 @@ struct IpcInitInfo final : sdk::InitInfoBase {
         r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
     info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
     info->copy_threads = r.opt_int("copy_threads", 0);
+    info->packed_alignment = r.opt_int("packed_alignment", 256);
     r.finish();
     if (info->rank_ < 0)
       sdk::fail_field("rank", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0",
@@ -50,6 +63,11 @@ struct IpcInitInfo final : sdk::InitInfoBase {
     if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
       sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'packed_num_buffers' must be in 1..64", r.what());
+    if (info->packed_alignment < 1 || info->packed_alignment > 4096 ||
+        (info->packed_alignment & (info->packed_alignment - 1)) != 0)
+      sdk::fail_field("packed_alignment", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'packed_alignment' must be a power of two in 1..4096",
+                      r.what());
     if (info->copy_threads < 0 || info->copy_threads > 256)
       sdk::fail_field("copy_threads", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'copy_threads' must be in 0..256", r.what());

@@ -86,6 +86,11 @@ std::string IpcTrainer::key_for(int cuda_device) {
   return it->second;
 }
 
+uint64_t IpcTrainer::align_up(uint64_t offset) const {
+  const auto a = static_cast<uint64_t>(info_.packed_alignment);
+  return (offset + a - 1) & ~(a - 1);
+}
+
 void IpcTrainer::check_not_aborted() const {
   if (aborted_) fail(WT_ERR_ABORTED, "the ipc trainer engine was aborted");
 }
@@ -282,7 +287,7 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
            "packed_buffer_size_bytes to at least {}",
            it.meta.name, it.nbytes, capacity, it.nbytes);
     if (!chunk.params.empty() &&
-        (chunk.cuda_device != it.cuda_device || chunk.used + it.nbytes > capacity)) {
+        (chunk.cuda_device != it.cuda_device || align_up(chunk.used) + it.nbytes > capacity)) {
       flush(chunk, static_cast<std::size_t>(sent_ % n_buffers));
       chunk = Chunk{};
     }
@@ -291,6 +296,7 @@ void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
       while (sent_ - n_buffers >= completed_) sync_one();
       chunk.cuda_device = it.cuda_device;
     }
+    chunk.used = align_up(chunk.used);  // every packed tensor starts aligned (packed_alignment)
     Buffer& b = buffer_for(static_cast<std::size_t>(sent_ % n_buffers), it.cuda_device);
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     auto c0 = std::chrono::steady_clock::now();

@@ -55,6 +55,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   void release_all();
   void check_not_aborted() const;
   std::string key_for(int cuda_device);  // "cpu", or the device's UUID (cached)
+  uint64_t align_up(uint64_t offset) const;  // to packed_alignment
 
   sdk::HostLog log_;
   IpcInitInfo info_;

@@ -20,7 +20,15 @@ IpcWorker::IpcWorker(const sdk::WorkerContext& context, const nlohmann::json& in
     : log_(context.host, "[ipc] "), device_(context.device), stream_(context.stream) {
   sdk::FieldReader r(init_info, "init_info for backend 'ipc' (worker)");
   packed_ = r.opt_bool("packed", false);
+  // Sent by a wt trainer whose packed tensors start at multiples of it; absent (vLLM's layout):
+  // back to back.
+  int64_t alignment = r.opt_int("packed_alignment", 1);
   r.finish();
+  if (alignment < 1 || alignment > 4096 || (alignment & (alignment - 1)) != 0)
+    sdk::fail_field("packed_alignment", WT_ERR_INVALID_ARGUMENT,
+                    "invalid init_info for backend 'ipc' (worker): field 'packed_alignment' must "
+                    "be a power of two in 1..4096");
+  alignment_ = static_cast<uint64_t>(alignment);
   // Receiver-side options (wt serve --weight-transfer-config): how many threads copy into place.
   sdk::FieldReader o(context.backend_options, "backend options for backend 'ipc' (worker)");
   int64_t threads = o.opt_int("copy_threads", 0);
@@ -152,21 +160,22 @@ void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
   // Resolve and map everything first: a rejected update loads nothing.
   std::vector<unsigned char*> data(u.params.size());
   if (u.packed) {
+    // Offsets as the trainer packed them: each tensor at the next multiple of the alignment.
+    std::vector<uint64_t> offsets(u.params.size());
     uint64_t total = 0;
-    for (auto n : u.nbytes) {
-      if (n > UINT64_MAX - total)  // a sum that wraps would map too little and hand out wild data
+    for (std::size_t i = 0; i < u.nbytes.size(); ++i) {
+      const uint64_t n = u.nbytes[i];
+      // A sum that wraps would map too little and hand out wild data.
+      if (total > UINT64_MAX - (alignment_ - 1) || n > UINT64_MAX - (total + alignment_ - 1))
         fail(WT_ERR_INVALID_ARGUMENT,
              "invalid update_info for backend 'ipc': the tensors' sizes add up to more bytes than "
              "64 bits can count");
-      total += n;
+      offsets[i] = (total + alignment_ - 1) & ~(alignment_ - 1);
+      total = offsets[i] + n;
     }
     Handle h = select_handle(u.handle_maps.at(0), key_, "ipc_handles");
     unsigned char* base = map_handle(h, total, "ipc_handles");
-    uint64_t off = 0;
-    for (std::size_t i = 0; i < u.params.size(); ++i) {
-      data[i] = base + off;
-      off += u.nbytes[i];
-    }
+    for (std::size_t i = 0; i < u.params.size(); ++i) data[i] = base + offsets[i];
   } else {
     for (std::size_t i = 0; i < u.params.size(); ++i) {
       std::string what = "ipc_handles[" + std::to_string(i) + "] ('" + u.params[i].name + "')";

@@ -38,6 +38,7 @@ class IpcWorker final : public sdk::WorkerBase {
 
   sdk::HostLog log_;
   bool packed_ = false;
+  uint64_t alignment_ = 1;  // of packed tensors' offsets
   unsigned copy_threads_ = 0;
   DLDevice device_{};
   void* stream_ = nullptr;  // the model's cudaStream_t (null: wait for the whole device)
