@@ -15,6 +15,7 @@ else
 fi
 # What runs: the ipc CUDA tests (trainer process to a `wt serve --device cuda:0` receiver,
 # unpacked and packed: separate allocations, one allocation at 2-byte offsets, a producer on a
-# held-back non-blocking stream; the UUID check; the device guard; the no-GPU refusals).
+# held-back non-blocking stream, cudaMallocAsync memory staged for export; the UUID check; the
+# device guard; the no-GPU refusals).
 cd build
 ctest --output-on-failure -R 'IpcCuda' -j 1

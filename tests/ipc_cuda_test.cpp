@@ -90,7 +90,7 @@ TEST_P(IpcCudaGpu, TrainerProcessToCudaReceiverIsByteExact) {
 // it once and checks each range against the allocation the driver reports).
 TEST_P(IpcCudaGpu, TensorsAtTwoByteOffsetsInOneAllocationAreByteExact) {
   auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc", "--device", "cuda:0"});
-  std::vector<std::string> argv{WT_TEST_TRAINER_PATH, "--url",   url, "--cuda",
+  std::vector<std::string> argv{WT_TEST_TRAINER_PATH,    "--url",    url, "--cuda",
                                 "--cuda-one-allocation", "--rounds", "3"};
   if (GetParam()) argv.insert(argv.end(), {"--packed", "--buffer-bytes", "262144"});
   cli::Child trainer(argv);
@@ -103,8 +103,20 @@ TEST_P(IpcCudaGpu, TensorsAtTwoByteOffsetsInOneAllocationAreByteExact) {
 // a stream of wt's; unpacked: before export), or stale bytes arrive.
 TEST_P(IpcCudaGpu, AProducerOnAHeldBackNonBlockingStreamIsWaitedFor) {
   auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc", "--device", "cuda:0"});
-  std::vector<std::string> argv{WT_TEST_TRAINER_PATH, "--url", url, "--cuda", "--cuda-stream",
-                                "--rounds", "3"};
+  std::vector<std::string> argv{WT_TEST_TRAINER_PATH, "--url",    url, "--cuda",
+                                "--cuda-stream",      "--rounds", "3"};
+  if (GetParam()) argv.insert(argv.end(), {"--packed", "--buffer-bytes", "262144"});
+  cli::Child trainer(argv);
+  ASSERT_EQ(trainer.wait(), 0) << trainer.output();
+  EXPECT_EQ(HttpClient(url).weight_checksums(), test::expected_after(3, 40, 64, 0));
+}
+
+// cudaMallocAsync memory cannot travel as a CUDA IPC handle: unpacked, each such tensor is staged
+// through a cudaMalloc copy (said once in the log); packed copies it anyway.
+TEST_P(IpcCudaGpu, PoolMemoryThatIpcCannotShareIsStagedByteExact) {
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "ipc", "--device", "cuda:0"});
+  std::vector<std::string> argv{WT_TEST_TRAINER_PATH, "--url",    url, "--cuda",
+                                "--cuda-pool",        "--rounds", "3"};
   if (GetParam()) argv.insert(argv.end(), {"--packed", "--buffer-bytes", "262144"});
   cli::Child trainer(argv);
   ASSERT_EQ(trainer.wait(), 0) << trainer.output();

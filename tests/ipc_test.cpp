@@ -1,7 +1,7 @@
 // The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
 // in-process client, strict update_info validation, and shared-memory hygiene.
-#include <wt/dtype.hpp>
 #include <wt/checksum.hpp>
+#include <wt/dtype.hpp>
 #include <wt/receiver.hpp>
 #include <wt/sdk/parallel_copy.hpp>
 #include <wt/wt.hpp>
@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 
 #include <atomic>
-#include <map>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 #include <tuple>

@@ -95,6 +95,16 @@ int device_of(const void* ptr) {
 }
 
 Exported export_pointer(const void* ptr) {
+  auto e = try_export_pointer(ptr);
+  if (!e)
+    fail(WT_ERR_DEVICE,
+         "cudaIpcGetMemHandle refused the allocation of {} (memory from cudaMallocAsync or VMM "
+         "pools cannot be shared)",
+         ptr);
+  return *e;
+}
+
+std::optional<Exported> try_export_pointer(const void* ptr) {
   int device = device_of(ptr);
   DeviceGuard guard(device);
   CUdeviceptr base = 0;
@@ -103,8 +113,12 @@ Exported export_pointer(const void* ptr) {
   if (r != CUDA_SUCCESS)
     fail(WT_ERR_DEVICE, "cuMemGetAddressRange failed with CUresult {}", static_cast<int>(r));
   cudaIpcMemHandle_t h{};
-  check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)),
-        "cudaIpcGetMemHandle (memory from cudaMallocAsync or VMM pools cannot be shared)");
+  cudaError_t err = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base));
+  if (err == cudaErrorInvalidValue || err == cudaErrorNotSupported) {
+    cudaGetLastError();  // not sticky: clear it
+    return std::nullopt;
+  }
+  check(err, "cudaIpcGetMemHandle");
   Exported e;
   e.handle_b64 = base64_encode(&h, sizeof h);
   e.allocation_size = size;
@@ -214,6 +228,9 @@ int device_of(const void*) {
   unsupported();
 }
 Exported export_pointer(const void*) {
+  unsupported();
+}
+std::optional<Exported> try_export_pointer(const void*) {
   unsupported();
 }
 DeviceGuard::DeviceGuard(int) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace wt::ipc::cuda {
@@ -38,6 +39,9 @@ struct Exported {
 };
 // Exports the allocation that contains `ptr`.
 Exported export_pointer(const void* ptr);
+// The same, or nullopt for memory CUDA IPC cannot share (cudaMallocAsync pools, cuMemCreate /
+// expandable segments): the caller then stages a copy in cudaMalloc memory.
+std::optional<Exported> try_export_pointer(const void* ptr);
 
 // A device buffer for packed mode, exported once, with a non-blocking stream of its own on its
 // device: packing copies are queued there (copy_in) and waited for before the buffer is exported

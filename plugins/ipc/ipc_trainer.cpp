@@ -86,6 +86,24 @@ std::string IpcTrainer::key_for(int cuda_device) {
   return it->second;
 }
 
+// Memory CUDA IPC cannot share (cudaMallocAsync pools, expandable segments) is copied into a
+// cudaMalloc allocation of this round, after the producer's work, and that is exported instead.
+cuda::Exported IpcTrainer::stage_for_export(const void* src, const std::string& name,
+                                            int cuda_device, uint64_t nbytes) {
+  if (!warned_staging_) {
+    log_.info(
+        "tensor '{}' is in CUDA memory that IPC cannot share (cudaMallocAsync or VMM); such "
+        "tensors are staged through a copy in cudaMalloc memory",
+        name);
+    warned_staging_ = true;
+  }
+  cuda::wait_for(stream_, cuda_device);
+  auto& copy = staging_.emplace_back(std::make_unique<cuda::DeviceBuffer>(cuda_device, nbytes));
+  copy->copy_in(0, src, nbytes);
+  copy->synchronize();
+  return cuda::export_pointer(copy->data());
+}
+
 uint64_t IpcTrainer::align_up(uint64_t offset) const {
   const auto a = static_cast<uint64_t>(info_.packed_alignment);
   return (offset + a - 1) & ~(a - 1);
@@ -134,11 +152,18 @@ void IpcTrainer::send_weights(const sdk::SendArgs& args) {
     throw;
   }
   ++rounds_ok_;
+  end_of_round();  // finish returned: the worker closed what it had opened
 }
 
 void IpcTrainer::release_all() {
   buffers_.clear();
   by_name_.clear();
+  end_of_round();
+}
+
+void IpcTrainer::end_of_round() {
+  retired_buffers_.clear();
+  staging_.clear();
 }
 
 void IpcTrainer::round(const sdk::SendArgs& args) {
@@ -202,8 +227,9 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
     if (it.cuda_device >= 0 && it.nbytes == 0) {
       h = Handle{"cuda", "", "", 0, 0};  // nothing to share (its data may well be null)
     } else if (it.cuda_device >= 0) {
-      auto e = cuda::export_pointer(src);
-      h = Handle{"cuda", "", e.handle_b64, e.allocation_size, e.offset};
+      auto e = cuda::try_export_pointer(src);
+      if (!e) e = stage_for_export(src, it.meta.name, it.cuda_device, it.nbytes);
+      h = Handle{"cuda", "", e->handle_b64, e->allocation_size, e->offset};
       devices.insert(it.cuda_device);
     } else {
       if (!shared) shared = SharedMappings::snapshot();
@@ -259,6 +285,8 @@ IpcTrainer::Buffer& IpcTrainer::buffer_for(std::size_t index, int cuda_device) {
   bool fits =
       cuda_device < 0 ? b.shm != nullptr : (b.device != nullptr && b.cuda_device == cuda_device);
   if (!fits) {
+    // A worker may still hold the old buffer open until this round's finish: it is kept till then.
+    if (b.shm || b.device) retired_buffers_.push_back(std::move(b));
     b = Buffer{};
     auto size = static_cast<std::size_t>(info_.packed_buffer_size_bytes);
     if (cuda_device < 0)

@@ -53,8 +53,11 @@ class IpcTrainer final : public sdk::TrainerBase {
   std::vector<nlohmann::json> gather_and_merge(const std::vector<nlohmann::json>& mine,
                                                const std::vector<ParamMeta>& params);
   void release_all();
+  void end_of_round();  // drops what only this round's workers could still hold open
+  cuda::Exported stage_for_export(const void* src, const std::string& name, int cuda_device,
+                                  uint64_t nbytes);
   void check_not_aborted() const;
-  std::string key_for(int cuda_device);  // "cpu", or the device's UUID (cached)
+  std::string key_for(int cuda_device);      // "cpu", or the device's UUID (cached)
   uint64_t align_up(uint64_t offset) const;  // to packed_alignment
 
   sdk::HostLog log_;
@@ -65,10 +68,13 @@ class IpcTrainer final : public sdk::TrainerBase {
   bool sender_;
   unsigned copy_threads_;
   std::atomic<bool> aborted_{false};
-  void* stream_ = nullptr;  // this round's producer stream (null: synchronise the device)
+  void* stream_ = nullptr;            // this round's producer stream (null: synchronise the device)
   std::map<int, std::string> uuids_;  // by CUDA device index
 
-  std::vector<Buffer> buffers_;                      // packed mode, by index
+  std::vector<Buffer> buffers_;          // packed mode, by index
+  std::vector<Buffer> retired_buffers_;  // replaced this round; freed at its end
+  std::vector<std::unique_ptr<cuda::DeviceBuffer>> staging_;  // staged exports of this round
+  bool warned_staging_ = false;
   std::map<std::string, ShmSegment> by_name_;        // unpacked host tensors, reused across rounds
   std::deque<std::unique_ptr<AsyncRpc>> in_flight_;  // oldest first; packed: up to buffers - 1
   std::vector<std::unique_ptr<AsyncRpc>> parked_;  // failed rounds' RPC threads; joined at destroy

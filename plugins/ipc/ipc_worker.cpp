@@ -198,10 +198,12 @@ void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
   // The consumer may have queued copies out of the mapped memory on its stream without waiting:
   // they are done before this update is answered (the trainer then reuses or frees the memory)
   // and before any handle is closed.
-  if (device_.device_type == kDLCUDA && !tensors.empty()) cuda::wait_for(stream_, device_.device_id);
+  if (device_.device_type == kDLCUDA && !tensors.empty())
+    cuda::wait_for(stream_, device_.device_id);
   {
     std::lock_guard<std::mutex> l(abort_mu_);
-    if (release_after_receive_) fail(WT_ERR_ABORTED, "the ipc worker was aborted during this update");
+    if (release_after_receive_)
+      fail(WT_ERR_ABORTED, "the ipc worker was aborted during this update");
   }
   // A trainer killed mid-round cannot unlink what it created; the last user does. Its liveness
   // file says whether it lives (probed once per creator, not once per segment).

@@ -15,8 +15,8 @@
 #include <wt/sdk/plugin.hpp>
 
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -42,7 +42,7 @@ class IpcWorker final : public sdk::WorkerBase {
   unsigned copy_threads_ = 0;
   DLDevice device_{};
   void* stream_ = nullptr;  // the model's cudaStream_t (null: wait for the whole device)
-  std::string key_;  // "cpu" or this GPU's UUID
+  std::string key_;         // "cpu" or this GPU's UUID
   // active_, receiving_ and release_after_receive_ are guarded by abort_mu_: abort() may come from
   // another thread while receive() runs.
   std::mutex abort_mu_;

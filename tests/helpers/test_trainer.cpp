@@ -70,8 +70,8 @@ class CountingClient : public wt::Client {
 // bytes are right only if the engine waits for that stream (SendOptions::stream).
 class CudaSource : public wt::WeightSource {
  public:
-  CudaSource(wt::test::VectorSource& host, bool one_allocation, bool use_stream)
-      : host_(host), one_allocation_(one_allocation) {
+  CudaSource(wt::test::VectorSource& host, bool one_allocation, bool use_stream, bool pool)
+      : host_(host), one_allocation_(one_allocation), pool_(pool) {
     if (use_stream) {
       check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       check(cudaMalloc(&scratch_, kScratch), "cudaMalloc scratch");
@@ -101,6 +101,10 @@ class CudaSource : public wt::WeightSource {
     if (one_allocation_) {
       d = static_cast<char*>(block_) + offset_;
       offset_ += (t.bytes.size() + 1) / 2 * 2;
+    } else if (pool_) {  // stream-ordered pool memory: CUDA IPC cannot share it
+      check(cudaMallocAsync(&d, t.bytes.size() ? t.bytes.size() : 1, nullptr), "cudaMallocAsync");
+      check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+      ptrs_.push_back(d);
     } else {
       check(cudaMalloc(&d, t.bytes.size() ? t.bytes.size() : 1), "cudaMalloc");
       ptrs_.push_back(d);
@@ -119,11 +123,13 @@ class CudaSource : public wt::WeightSource {
  private:
   static constexpr std::size_t kScratch = std::size_t{256} << 20;
   static void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+    if (e != cudaSuccess)
+      throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
   }
   void release() {
     if (stream_) cudaStreamSynchronize(stream_);
-    for (void* p : ptrs_) cudaFree(p);
+    for (void* p : ptrs_) pool_ ? cudaFreeAsync(p, nullptr) : cudaFree(p);
+    if (pool_) cudaStreamSynchronize(nullptr);
     ptrs_.clear();
     if (block_) cudaFree(block_);
     block_ = nullptr;
@@ -131,6 +137,7 @@ class CudaSource : public wt::WeightSource {
   }
   wt::test::VectorSource& host_;
   bool one_allocation_;
+  bool pool_;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   void* block_ = nullptr;
@@ -144,7 +151,8 @@ class CudaSource : public wt::WeightSource {
 int main(int argc, char** argv) {
   CLI::App app{"wt test trainer"};
   std::string url, rendezvous;
-  bool packed = false, cuda = false, in_shm = false, cuda_one_allocation = false, cuda_stream = false;
+  bool packed = false, cuda = false, in_shm = false, cuda_one_allocation = false,
+       cuda_stream = false, cuda_pool = false;
   int64_t buffer_bytes = 1 << 20;
   int rounds = 3, rank = 0, group_rank = 0, group_size = 1, layers = 40, width = 64, delay_ms = 0;
   uint32_t seed = 0;
@@ -163,6 +171,8 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda", cuda, "send from CUDA memory");
   app.add_flag("--cuda-one-allocation", cuda_one_allocation,
                "with --cuda: every tensor in one allocation, at 2-byte offsets");
+  app.add_flag("--cuda-pool", cuda_pool,
+               "with --cuda: tensors from cudaMallocAsync (not shareable)");
   app.add_flag("--cuda-stream", cuda_stream,
                "with --cuda: write the tensors on a held-back non-blocking stream, named to send");
   app.add_flag("--weights-in-shm", in_shm, "keep the weights in a /dev/shm file");
@@ -185,7 +195,8 @@ int main(int argc, char** argv) {
 #ifdef WT_TEST_WITH_CUDA
     std::unique_ptr<CudaSource> cuda_source;
     if (cuda)
-      src = (cuda_source = std::make_unique<CudaSource>(source, cuda_one_allocation, cuda_stream))
+      src = (cuda_source =
+                 std::make_unique<CudaSource>(source, cuda_one_allocation, cuda_stream, cuda_pool))
                 .get();
 #else
     if (cuda) throw wt::Error(WT_ERR_UNSUPPORTED, "this helper was built without CUDA");
