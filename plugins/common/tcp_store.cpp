@@ -113,19 +113,6 @@ void TcpStoreServer::serve() {
       fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
     ::poll(fds.data(), fds.size(), 100);
     if (fds[0].revents) return;
-    if (fds[1].revents & POLLIN) {
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) {
-        if (conns.size() >= limits_.max_connections) {
-          ::close(fd);
-          ++dropped_;
-        } else {
-          int one = 1;
-          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          conns.push_back({fd, {}, {}, {}});
-        }
-      }
-    }
     const auto now = Clock::now();
     for (std::size_t i = conns.size(); i-- > 0;) {
       Conn& c = conns[i];
@@ -193,6 +180,20 @@ void TcpStoreServer::serve() {
       if (!bad && !c.in.empty() && now - c.request_started > limits_.request_deadline) bad = true;
       if (c.out.size() > 2 * limits_.max_value + 64) bad = true;
       if (bad) drop(i);
+    }
+    // Accepted after the connections polled above were served: fds[] indexes only those.
+    if (fds[1].revents & POLLIN) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        if (conns.size() >= limits_.max_connections) {
+          ::close(fd);
+          ++dropped_;
+        } else {
+          int one = 1;
+          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+          conns.push_back({fd, {}, {}, {}});
+        }
+      }
     }
   }
 }
