@@ -112,7 +112,10 @@ void TcpStoreServer::serve() {
     for (auto& c : conns)
       fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
     ::poll(fds.data(), fds.size(), 100);
-    if (fds[0].revents) return;
+    if (fds[0].revents) {
+      for (auto& c : conns) ::close(c.fd);
+      return;
+    }
     const auto now = Clock::now();
     for (std::size_t i = conns.size(); i-- > 0;) {
       Conn& c = conns[i];
