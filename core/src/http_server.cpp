@@ -680,6 +680,30 @@ HttpServer::HttpServer(Receiver& receiver, Options options) : options_(std::move
     }
     return true;
   };
+  // A body that is absent, or an object with at most the one optional string field `name` (null
+  // counts as absent): false (answered) when it is anything else.
+  auto optional_string_body = [parse_object](const httplib::ContentReader& reader,
+                                             httplib::Response& res, const char* name,
+                                             std::optional<std::string>& out) {
+    std::string text;
+    if (!read_body(reader, res, text)) return false;
+    if (text.empty()) return true;
+    nlohmann::json body;
+    if (!parse_object(text, res, body)) return false;
+    for (auto it = body.begin(); it != body.end(); ++it)
+      if (it.key() != name) {
+        reply_error(res, 400, fmt::format("unknown field '{}' in request body", it.key()));
+        return false;
+      }
+    if (body.contains(name) && !body[name].is_null()) {
+      if (!body[name].is_string()) {
+        reply_error(res, 400, fmt::format("field '{}' must be a string", name));
+        return false;
+      }
+      out = body[name].get<std::string>();
+    }
+    return true;
+  };
   auto post = [&s](const std::string& path, httplib::Server::HandlerWithContentReader h) {
     s.known("POST", path);
     s.Post(path, std::move(h));
@@ -727,51 +751,27 @@ HttpServer::HttpServer(Receiver& receiver, Options options) : options_(std::move
       reply(res, 200, {{"message", "Weights updated"}});
     });
   });
-  post("/finish_weight_update", [r, parse_object](const httplib::Request&, httplib::Response& res,
-                                                  const httplib::ContentReader& reader) {
-    std::string text;
-    if (!read_body(reader, res, text)) return;
-    std::optional<std::string> version;
-    if (!text.empty()) {
-      nlohmann::json body;
-      if (!parse_object(text, res, body)) return;
-      for (auto it = body.begin(); it != body.end(); ++it)
-        if (it.key() != "weight_version")
-          return reply_error(res, 400, fmt::format("unknown field '{}' in request body", it.key()));
-      if (body.contains("weight_version") && !body["weight_version"].is_null()) {
-        if (!body["weight_version"].is_string())
-          return reply_error(res, 400, "field 'weight_version' must be a string");
-        version = body["weight_version"].get<std::string>();
-      }
-    }
-    guarded(res, "/finish_weight_update", [&] {
-      r->finish_weight_update(version);
-      reply(res, 200, {{"message", "Weight update finished"}});
-    });
-  });
+  post("/finish_weight_update",
+       [r, optional_string_body](const httplib::Request&, httplib::Response& res,
+                                 const httplib::ContentReader& reader) {
+         std::optional<std::string> version;
+         if (!optional_string_body(reader, res, "weight_version", version)) return;
+         guarded(res, "/finish_weight_update", [&] {
+           r->finish_weight_update(version);
+           reply(res, 200, {{"message", "Weight update finished"}});
+         });
+       });
   // wt's own: ends the current update after a trainer-side failure (see Client::end_weight_update).
-  post("/end_weight_update", [r, parse_object](const httplib::Request&, httplib::Response& res,
-                                               const httplib::ContentReader& reader) {
-    std::string text;
-    if (!read_body(reader, res, text)) return;
-    std::string reason;
-    if (!text.empty()) {
-      nlohmann::json body;
-      if (!parse_object(text, res, body)) return;
-      for (auto it = body.begin(); it != body.end(); ++it)
-        if (it.key() != "reason")
-          return reply_error(res, 400, fmt::format("unknown field '{}' in request body", it.key()));
-      if (body.contains("reason")) {
-        if (!body["reason"].is_string())
-          return reply_error(res, 400, "field 'reason' must be a string");
-        reason = body["reason"].get<std::string>();
-      }
-    }
-    guarded(res, "/end_weight_update", [&] {
-      r->end_weight_update(reason);
-      reply(res, 200, {{"message", "Weight update ended"}});
-    });
-  });
+  post("/end_weight_update",
+       [r, optional_string_body](const httplib::Request&, httplib::Response& res,
+                                 const httplib::ContentReader& reader) {
+         std::optional<std::string> reason;
+         if (!optional_string_body(reader, res, "reason", reason)) return;
+         guarded(res, "/end_weight_update", [&] {
+           r->end_weight_update(reason.value_or(""));
+           reply(res, 200, {{"message", "Weight update ended"}});
+         });
+       });
   post("/update_weight_version", [r, parse_object](const httplib::Request&, httplib::Response& res,
                                                    const httplib::ContentReader& reader) {
     std::string text;

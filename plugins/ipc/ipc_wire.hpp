@@ -1,11 +1,13 @@
 // The ipc backend's wire format: the worker init info and the per-round update_info, both JSON.
 //
-// init_info (shipped by the sender through init_weight_transfer_engine):  {"packed": <bool>}
+// init_info (shipped by the sender through init_weight_transfer_engine):
+//   {"packed": <bool>}, plus "packed_alignment": <A> when packed and A != 1
 //
 // update_info, unpacked (one update per round, one handle per tensor):
 //   {"names": [...], "dtype_names": ["bfloat16", ...], "shapes": [[4096, 4096], ...],
 //    "ipc_handles": [{"<key>": <handle>, ...}, ...]}
-// update_info, packed (one update per buffer, tensors back to back from offset 0, no padding):
+// update_info, packed (one update per buffer; each tensor at the next multiple of A, the first at
+// offset 0; A = 1, vLLM's layout, when the init info has no packed_alignment):
 //   {"names": [...], "dtype_names": [...], "shapes": [...], "tensor_sizes": [<bytes>, ...],
 //    "ipc_handles": {"<key>": <handle>, ...}}
 // Keys say where a worker may map the memory from: "cpu" for host memory, the GPU UUID
