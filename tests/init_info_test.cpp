@@ -43,7 +43,9 @@ TEST(InitInfo, PluginFillsDefaultsInCanonicalJson) {
   EXPECT_EQ(j["packed"], true);
   EXPECT_EQ(j["packed_buffer_size_bytes"], 1073741824);
   EXPECT_EQ(j["packed_num_buffers"], 2);
-  EXPECT_EQ(j.size(), 8u);
+  EXPECT_EQ(j["rendezvous_timeout_s"], 60);
+  EXPECT_EQ(j["transfer_timeout_s"], 300);
+  EXPECT_EQ(j.size(), 10u);
 }
 
 TEST(InitInfo, UnknownKeyIsNamed) {
@@ -103,7 +105,7 @@ TEST(InitInfo, ErrorsNameTheOrigin) {
   }
 }
 
-TEST(InitInfo, SkeletonBackendsSayTheyHaveNoEngineYet) {
+TEST(InitInfo, TheSkeletonBackendSaysItHasNoEngineYet) {
   struct NullClient : Client {
     void init_weight_transfer_engine(std::string_view) override {}
     void start_weight_update() override {}
@@ -111,11 +113,14 @@ TEST(InitInfo, SkeletonBackendsSayTheyHaveNoEngineYet) {
     void finish_weight_update(const std::optional<std::string>&) override {}
   } client;
   try {
-    trainer_init(InitInfo::from_json(kNccl), client);
+    auto j = nlohmann::json::parse(kNccl);
+    j["backend"] = "sparse_nccl";
+    j.erase("packed");
+    trainer_init(InitInfo::from_object(j), client);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_INCOMPATIBLE);
-    EXPECT_THAT(e.what(), HasSubstr("backend 'nccl'"));
+    EXPECT_THAT(e.what(), HasSubstr("backend 'sparse_nccl'"));
     EXPECT_THAT(e.what(), HasSubstr("has no trainer engine"));
   }
 }

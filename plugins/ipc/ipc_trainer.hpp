@@ -1,7 +1,7 @@
 // The ipc trainer engine: colocated sender. See ipc_wire.hpp for what goes on the wire.
 #pragma once
 
-#include "async_rpc.hpp"
+#include "../common/async_rpc.hpp"
 #include "cuda_ipc.hpp"
 #include "ipc_init_info.hpp"
 #include "shared_mappings.hpp"
@@ -17,6 +17,8 @@
 #include <vector>
 
 namespace wt::ipc {
+
+using plugins::AsyncRpc;
 
 class IpcTrainer final : public sdk::TrainerBase {
  public:

@@ -1,5 +1,7 @@
 #include "ipc_wire.hpp"
 
+#include "../common/param_list.hpp"
+
 #include <wt/dtype.hpp>
 #include <wt/sdk/json_fields.hpp>
 
@@ -17,14 +19,7 @@ nlohmann::json Handle::to_json() const {
 }
 
 nlohmann::json describe(const std::vector<ParamMeta>& params) {
-  auto names = nlohmann::json::array(), dtypes = nlohmann::json::array(),
-       shapes = nlohmann::json::array();
-  for (const auto& p : params) {
-    names.push_back(p.name);
-    dtypes.push_back(std::string(torch_name(p.dtype)));
-    shapes.push_back(p.shape);
-  }
-  return {{"names", names}, {"dtype_names", dtypes}, {"shapes", shapes}};
+  return plugins::describe_params(params);
 }
 
 UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
@@ -44,34 +39,9 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
   r.allow("ipc_handles_pickled");
   UpdateInfo u;
   u.packed = packed;
-  auto names = r.get_string_list("names");
-  auto dtype_names = r.get_string_list("dtype_names");
-  auto shapes = r.get_int_list_list("shapes");
-  if (dtype_names.size() != names.size())
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names' has {} entries but 'names' has {}",
-         what, dtype_names.size(), names.size());
-  if (shapes.size() != names.size())
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'shapes' has {} entries but 'names' has {}", what,
-         shapes.size(), names.size());
-  std::set<std::string> seen;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i].empty())
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names[{}]' is empty", what, i);
-    if (!seen.insert(names[i]).second)
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names' lists '{}' twice", what, names[i]);
-    auto dt = dtype_from_torch_name(dtype_names[i]);
-    if (!dt)
-      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'dtype_names[{}]' is '{}', not a dtype wt knows",
-           what, i, dtype_names[i]);
-    uint64_t nbytes = 0;
-    if (!checked_nbytes(shapes[i].data(), static_cast<int32_t>(shapes[i].size()), *dt, &nbytes))
-      fail(WT_ERR_INVALID_ARGUMENT,
-           "invalid {}: 'shapes[{}]' {} of {} has a negative dimension or more bytes than 64 bits "
-           "can count",
-           what, i, nlohmann::json(shapes[i]).dump(), dtype_names[i]);
-    u.params.push_back({names[i], *dt, shapes[i]});
-    u.nbytes.push_back(nbytes);
-  }
+  auto list = plugins::read_param_list(r);
+  u.params = std::move(list.params);
+  u.nbytes = std::move(list.nbytes);
   if (!r.has("ipc_handles") || r.raw("ipc_handles").is_null())
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: missing field 'ipc_handles'", what);
   const auto& handles = r.raw("ipc_handles");
@@ -85,14 +55,15 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
       fail(WT_ERR_INVALID_ARGUMENT,
            "invalid {}: missing field 'tensor_sizes' (required when packed)", what);
     auto sizes = r.get_int_list("tensor_sizes");
-    if (sizes.size() != names.size())
+    if (sizes.size() != u.params.size())
       fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'tensor_sizes' has {} entries but 'names' has {}",
-           what, sizes.size(), names.size());
+           what, sizes.size(), u.params.size());
     for (std::size_t i = 0; i < sizes.size(); ++i)
       if (sizes[i] < 0 || static_cast<uint64_t>(sizes[i]) != u.nbytes[i])
         fail(WT_ERR_INVALID_ARGUMENT,
              "invalid {}: 'tensor_sizes[{}]' is {} bytes, but '{}' is {} {} = {} bytes", what, i,
-             sizes[i], names[i], dtype_names[i], nlohmann::json(shapes[i]).dump(), u.nbytes[i]);
+             sizes[i], u.params[i].name, torch_name(u.params[i].dtype),
+             nlohmann::json(u.params[i].shape).dump(), u.nbytes[i]);
     u.handle_maps.push_back(handles);
   } else {
     if (r.has("tensor_sizes") && !r.raw("tensor_sizes").is_null())
@@ -106,9 +77,9 @@ UpdateInfo parse_update_info(const nlohmann::json& j, bool packed) {
            "invalid {}: field 'ipc_handles' must be a list with one object per tensor because the "
            "trainer initialised packed=false, got {}",
            what, sdk::json_type_name(handles));
-    if (handles.size() != names.size())
+    if (handles.size() != u.params.size())
       fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles' has {} entries but 'names' has {}",
-           what, handles.size(), names.size());
+           what, handles.size(), u.params.size());
     for (std::size_t i = 0; i < handles.size(); ++i) {
       if (!handles[i].is_object())
         fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'ipc_handles[{}]' must be an object, got {}",

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-namespace wt::ipc {
+namespace wt::plugins {
 
 class AsyncRpc {
  public:
@@ -64,4 +64,4 @@ class AsyncRpc {
   std::thread thread_;
 };
 
-}  // namespace wt::ipc
+}  // namespace wt::plugins

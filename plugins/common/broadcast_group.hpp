@@ -1,0 +1,49 @@
+// One broadcast domain over Gloo (host memory): the trainer's sender is rank 0 and hosts the
+// rendezvous store at master_address:master_port; every worker joins with its own rank. Shared by
+// the nccl and sparse_nccl backends (compiled into each, plugins/common).
+#pragma once
+
+#include "tcp_store.hpp"
+
+#include <gloo/rendezvous/context.h>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace wt::plugins {
+
+class BroadcastGroup {
+ public:
+  struct Options {
+    std::string master_address;
+    int master_port = 0;
+    int rank = 0;
+    int world_size = 0;
+    std::chrono::milliseconds rendezvous_timeout{60'000};
+    std::chrono::milliseconds transfer_timeout{300'000};
+  };
+  // Blocks until every rank joined; throws sdk::Error (WT_ERR_TIMEOUT naming the rendezvous and
+  // the ranks expected, WT_ERR_SYSTEM when the store cannot listen).
+  explicit BroadcastGroup(const Options& options);
+  ~BroadcastGroup();
+  BroadcastGroup(const BroadcastGroup&) = delete;
+  BroadcastGroup& operator=(const BroadcastGroup&) = delete;
+
+  // Broadcasts `bytes` bytes at `data` from `root` to every rank, within the transfer deadline.
+  // A peer that dies or stalls fails it (WT_ERR_TIMEOUT / WT_ERR_REMOTE) naming `what`; the group
+  // is then broken for good (broken() is true) and must be made again.
+  void broadcast(void* data, std::size_t bytes, int root, const std::string& what);
+  bool broken() const { return broken_; }
+  int rank() const { return options_.rank; }
+  int size() const { return options_.world_size; }
+
+ private:
+  Options options_;
+  std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  bool broken_ = false;
+};
+
+}  // namespace wt::plugins

@@ -1,0 +1,74 @@
+// The nccl trainer init info (vLLM's names):
+//   master_address, master_port, world_size (sender + every worker), rank  (rendezvous)
+//   packed                    bool, default true
+//   packed_buffer_size_bytes  int, default 1 GiB: a chunk closes once it holds more than this
+//   packed_num_buffers        int, default 2
+//   rendezvous_timeout_s      int, default 60: how long the group may take to form
+//   transfer_timeout_s        int, default 300: the deadline of each broadcast
+// The sender ships the worker init info: vLLM's keys exactly (the rendezvous fields with
+// rank_offset 1 instead of rank, and the packed fields). The worker learns the wire parameters
+// there and nowhere else; its deadlines are receiver-side backend options.
+#pragma once
+
+#include "../common/rendezvous_fields.hpp"
+
+#include <wt/sdk/plugin.hpp>
+
+namespace wt::nccl {
+
+struct NcclInitInfo final : sdk::InitInfoBase {
+  plugins::RendezvousFields rendezvous;
+  bool packed = true;
+  int64_t packed_buffer_size_bytes = int64_t{1} << 30;
+  int64_t packed_num_buffers = 2;
+  int64_t rendezvous_timeout_s = 60;
+  int64_t transfer_timeout_s = 300;
+
+  nlohmann::json to_json() const override {
+    auto j = rendezvous.to_json();
+    j["packed"] = packed;
+    j["packed_buffer_size_bytes"] = packed_buffer_size_bytes;
+    j["packed_num_buffers"] = packed_num_buffers;
+    j["rendezvous_timeout_s"] = rendezvous_timeout_s;
+    j["transfer_timeout_s"] = transfer_timeout_s;
+    return j;
+  }
+  int64_t rank() const override { return rendezvous.rank; }
+
+  nlohmann::json worker_init_info() const {
+    return {{"master_address", rendezvous.master_address},
+            {"master_port", rendezvous.master_port},
+            {"rank_offset", 1},
+            {"world_size", rendezvous.world_size},
+            {"packed", packed},
+            {"packed_buffer_size_bytes", packed_buffer_size_bytes},
+            {"packed_num_buffers", packed_num_buffers}};
+  }
+
+  static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {
+    sdk::FieldReader r(fields, "init_info for backend 'nccl'");
+    auto info = std::make_unique<NcclInitInfo>();
+    info->rendezvous = plugins::RendezvousFields::read(r);
+    info->packed = r.opt_bool("packed", true);
+    info->packed_buffer_size_bytes =
+        r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
+    info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
+    info->rendezvous_timeout_s = r.opt_int("rendezvous_timeout_s", 60);
+    info->transfer_timeout_s = r.opt_int("transfer_timeout_s", 300);
+    r.finish();
+    if (info->packed_buffer_size_bytes <= 0)
+      sdk::fail_field("packed_buffer_size_bytes", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
+    if (info->packed_num_buffers < 1)
+      sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'packed_num_buffers' must be >= 1", r.what());
+    for (auto [key, v] : {std::pair{"rendezvous_timeout_s", info->rendezvous_timeout_s},
+                          std::pair{"transfer_timeout_s", info->transfer_timeout_s}})
+      if (v < 1 || v > 86400)
+        sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' must be in 1..86400",
+                        r.what(), key);
+    return info;
+  }
+};
+
+}  // namespace wt::nccl

@@ -1,0 +1,34 @@
+// vLLM's packed chunk boundaries (reference §6), which sender and worker compute alike: tensors in
+// iteration order, back to back; a chunk closes right after the tensor that takes it past
+// packed_buffer_size_bytes (strictly more), so that tensor stays in it; the last partial chunk is
+// sent when not empty.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace wt::nccl {
+
+// [first, last) tensor indices of each chunk, and its byte count.
+struct Chunk {
+  std::size_t first = 0, last = 0;
+  uint64_t bytes = 0;
+};
+
+inline std::vector<Chunk> packed_chunks(const std::vector<uint64_t>& sizes, uint64_t buffer) {
+  std::vector<Chunk> out;
+  Chunk c;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    c.bytes += sizes[i];
+    c.last = i + 1;
+    if (c.bytes > buffer) {
+      out.push_back(c);
+      c = Chunk{i + 1, i + 1, 0};
+    }
+  }
+  if (c.last > c.first) out.push_back(c);
+  return out;
+}
+
+}  // namespace wt::nccl
