@@ -6,16 +6,13 @@
 //
 //   build/bin/wt_bench_nccl [--mib 256] [--rounds 3] [--buffer-mib 64]
 #include "broadcast_group.hpp"
+#include "support/free_port.hpp"
 
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,17 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using wt::test::free_port;
 
 // `count` bfloat16 tensors of `bytes` each, filled once.
 class Blocks : public wt::WeightSource {

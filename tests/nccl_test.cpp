@@ -3,16 +3,13 @@
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
 
+#include "support/free_port.hpp"
 #include "support/model.hpp"
 #include "support/recording_client.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 
@@ -22,17 +19,7 @@ using json = nlohmann::json;
 namespace wt {
 namespace {
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using test::free_port;
 
 InitInfo nccl_info(int port, bool packed, int64_t buffer = 1 << 16, int transfer_s = 30) {
   return InitInfo::from_object({{"backend", "nccl"},
