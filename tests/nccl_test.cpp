@@ -3,6 +3,7 @@
 #include <wt/receiver.hpp>
 #include <wt/wt.hpp>
 
+#include "packed_chunks.hpp"
 #include "support/free_port.hpp"
 #include "support/model.hpp"
 #include "support/recording_client.hpp"
@@ -106,6 +107,18 @@ TEST(NcclHostFaults, AReorderedSourceIsRejectedBeforeAnyCollective) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_TRUE(receiver.names().empty()) << "nothing of the failed round is committed";
+}
+
+// vLLM's boundaries: a chunk closes right after the tensor that takes it past the buffer, and a
+// byte count that would wrap (sizes come from the wire) is refused.
+TEST(NcclPackedChunks, BoundariesAreVllmsAndSizesCannotWrap) {
+  auto c = nccl::packed_chunks({40, 40, 40, 100, 10}, 64);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ((std::vector<std::size_t>{c[0].first, c[0].last, c[1].last, c[2].last}),
+            (std::vector<std::size_t>{0, 2, 4, 5}));
+  EXPECT_EQ((std::vector<uint64_t>{c[0].bytes, c[1].bytes, c[2].bytes}),
+            (std::vector<uint64_t>{80, 140, 10}));
+  EXPECT_THROW(nccl::packed_chunks({UINT64_MAX - 5, 10}, UINT64_MAX), sdk::Error);
 }
 
 TEST(NcclHostFaults, AWorkerThatNeverComesIsATimeoutNotAHang) {

@@ -25,23 +25,28 @@ std::string reason(const char* msg) {
 }
 
 // Whether a plugin may be handed memory of this device type (rule 9 of wt_plugin.h); the
-// refusal names the capability.
-void check_memory(const Plugin& p, DLDeviceType type, const std::string& what) {
+// refusal names the capability and `kind` `name` (e.g. "tensor 'w'"). Called per tensor: the text
+// is made only for a refusal.
+void check_memory(const Plugin& p, DLDeviceType type, const char* kind,
+                  const char* name = nullptr) {
+  const auto what = [&] {
+    return name == nullptr ? std::string(kind) : fmt::format("{} '{}'", kind, name);
+  };
   if (type == kDLCUDA) {
     if (!(p.capabilities() & WT_CAP_CUDA_MEMORY))
       refuse(p, fmt::format("does not declare WT_CAP_CUDA_MEMORY, so it cannot take {} in CUDA "
                             "memory",
-                            what));
+                            what()));
   } else if (type == kDLCPU || type == kDLCUDAHost) {
     if (!(p.capabilities() & WT_CAP_HOST_MEMORY))
       refuse(p, fmt::format("does not declare WT_CAP_HOST_MEMORY, so it cannot take {} in host "
                             "memory",
-                            what));
+                            what()));
   } else {
     // No capability bit covers other memory (managed, ROCm, ...): nothing a plugin may be handed.
     refuse(p, fmt::format("cannot take {} in DLPack device type {}: wt moves host (kDLCPU, "
                           "kDLCUDAHost) and CUDA (kDLCUDA) memory",
-                          what, static_cast<int>(type)));
+                          what(), static_cast<int>(type)));
   }
 }
 
@@ -86,8 +91,8 @@ struct TrainerEngine::CheckedSource {
       wt_status s = self->inner->next(self->inner->ctx, out, done, err, cap);
       if (s != WT_OK || *done) return s;
       return host_guard(err, cap, [&] {
-        check_memory(self->plugin, out->tensor.device.device_type,
-                     fmt::format("tensor '{}'", out->name ? out->name : ""));
+        check_memory(self->plugin, out->tensor.device.device_type, "tensor",
+                     out->name ? out->name : "");
       });
     };
     c.end = [](void* ctx) {
@@ -114,10 +119,10 @@ void TrainerEngine::send_weights(const SendOptions& options) {
   for (auto& p : patches) {
     p.struct_size = sizeof p;
     p.abi_version = WT_ABI_VERSION;
-    check_memory(*plugin_, p.values.device.device_type,
-                 fmt::format("the patch values of '{}'", p.name ? p.name : ""));
-    check_memory(*plugin_, p.indices.device.device_type,
-                 fmt::format("the patch indices of '{}'", p.name ? p.name : ""));
+    check_memory(*plugin_, p.values.device.device_type, "the patch values of",
+                 p.name ? p.name : "");
+    check_memory(*plugin_, p.indices.device.device_type, "the patch indices of",
+                 p.name ? p.name : "");
   }
   wt_send_args args{};
   args.struct_size = sizeof args;
@@ -210,8 +215,7 @@ struct LoaderView {
           if (v[i].name == nullptr || *v[i].name == '\0')
             throw Error(WT_ERR_INVALID_ARGUMENT,
                         fmt::format("loaded tensor {} of the batch has no name", i));
-          check_memory(self->plugin, v[i].tensor.device.device_type,
-                       fmt::format("tensor '{}'", v[i].name ? v[i].name : ""));
+          check_memory(self->plugin, v[i].tensor.device.device_type, "tensor", v[i].name);
         }
         self->loader.load(v);
       });

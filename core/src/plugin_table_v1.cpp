@@ -90,19 +90,6 @@ const TrainerV1* unwrap(const wt_trainer* e) {
   return reinterpret_cast<const TrainerV1*>(e);
 }
 
-// "... field 'name' ..." -> "name": how v1 plugins built with the SDK named fields.
-std::string field_from_message(const char* msg) {
-  if (msg == nullptr) return "";
-  const char* p = std::strstr(msg, "field '");
-  if (p == nullptr) return "";
-  p += 7;
-  const char* end = std::strchr(p, '\'');
-  if (end == nullptr) return "";
-  std::string f(p, end);
-  auto cut = f.find_first_of(".[");  // a nested path: its top-level key
-  return cut == std::string::npos ? f : f.substr(0, cut);
-}
-
 bool has_backend_options(const char* json) {
   if (json == nullptr) return false;
   std::string s;
@@ -120,7 +107,8 @@ class TableV1 final : public PluginTable {
                             size_t field_cap) const override {
     wt_status s = api_->init_info->parse_json(host, json, out, err, err_cap);
     if (field != nullptr && field_cap > 0)
-      sdk::write_message(field, field_cap, s == WT_OK ? "" : field_from_message(err));
+      sdk::write_message(field, field_cap,
+                         s == WT_OK ? "" : sdk::field_named_in(err != nullptr ? err : ""));
     return s;
   }
   wt_status init_info_to_json(const wt_init_info* info, char* buf, size_t cap,

@@ -109,7 +109,11 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
   std::vector<uint64_t> sizes;
   for (const auto& p : meta) {
     uint64_t n = 0;
-    checked_nbytes(p.shape.data(), static_cast<int32_t>(p.shape.size()), p.dtype, &n);
+    if (!checked_nbytes(p.shape.data(), static_cast<int32_t>(p.shape.size()), p.dtype, &n))
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "WeightSource metadata() declares '{}' with a negative shape or more bytes than 64 "
+           "bits can count",
+           p.name);
     sizes.push_back(n);
   }
   const auto chunks =

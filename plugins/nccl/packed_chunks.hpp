@@ -4,13 +4,16 @@
 // sent when not empty.
 #pragma once
 
+#include <wt/sdk/errors.hpp>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 namespace wt::nccl {
 
-// [first, last) tensor indices of each chunk, and its byte count.
+// [first, last) tensor indices of each chunk, and its byte count. Sizes come from the wire on the
+// worker's side: a chunk whose byte count would wrap is refused.
 struct Chunk {
   std::size_t first = 0, last = 0;
   uint64_t bytes = 0;
@@ -20,6 +23,10 @@ inline std::vector<Chunk> packed_chunks(const std::vector<uint64_t>& sizes, uint
   std::vector<Chunk> out;
   Chunk c;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > UINT64_MAX - c.bytes)
+      sdk::fail(WT_ERR_INVALID_ARGUMENT,
+                "invalid update_info for backend 'nccl': a packed chunk would hold more bytes "
+                "than 64 bits can count");
     c.bytes += sizes[i];
     c.last = i + 1;
     if (c.bytes > buffer) {

@@ -41,6 +41,16 @@ template <typename... Args>
   throw Error(code, fmt::format(f, std::forward<Args>(args)...), field);
 }
 
+// "... field 'name' ..." -> "name" (the top-level key of "a.b" or "a[3]"), for errors that name
+// a field only in their text, as plugins of ABI 1 did.
+inline std::string field_named_in(const std::string& message) {
+  auto p = message.find("field '");
+  if (p == std::string::npos) return "";
+  p += 7;
+  auto end = message.find_first_of("'.[", p);
+  return end == std::string::npos ? "" : message.substr(p, end - p);
+}
+
 // Copies a message into a caller-provided buffer, truncating and always terminating.
 inline void write_message(char* buf, std::size_t cap, const std::string& msg) noexcept {
   if (buf == nullptr || cap == 0) return;

@@ -117,15 +117,6 @@ constexpr bool present(F f) {
   return f != nullptr;
 }
 
-// "... field 'name' ..." -> "name", for errors that name a field only in their text.
-inline std::string field_named_in(const std::string& message) {
-  auto p = message.find("field '");
-  if (p == std::string::npos) return "";
-  p += 7;
-  auto end = message.find_first_of("'.[", p);
-  return end == std::string::npos ? "" : message.substr(p, end - p);
-}
-
 template <const PluginDefinition& D>
 struct PluginTables {
   static wt_status parse(const wt_host_api*, const char* json, wt_init_info** out, char* err,
