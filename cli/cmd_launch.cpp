@@ -9,6 +9,7 @@
 #include <wt/checkpoint_gen.hpp>
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/http_client.hpp>
 #include <wt/registry.hpp>
 #include <wt/safetensors.hpp>
 #include <wt/sdk/shm_segments.hpp>
@@ -99,7 +100,7 @@ Run add_launch_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print a machine-readable JSON report instead of the table");
   // The coordinator runs each trainer rank as `wt launch CONFIG --trainer-rank K ...`.
   auto* rank = cmd->add_option("--trainer-rank", o->trainer.rank)->group("");
-  cmd->add_option("--receiver-url", o->trainer.receiver_url)->group("");
+  cmd->add_option("--receiver-url", o->trainer.receiver_urls)->group("");
   cmd->add_option("--rendezvous-dir", o->trainer.rendezvous_dir)->group("");
   cmd->add_option("--checkpoint", o->trainer.checkpoint_files)->group("");
   return [o, rank]() {
@@ -111,8 +112,18 @@ Run add_launch_command(CLI::App& app) {
     std::vector<std::string> files;
     uint64_t total = 0;
     std::size_t tensors = 0;
+    // The receivers' world sizes, for a default world_size: an embedded wt serve has one worker.
+    std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0, 1);
+    if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
+        !cfg.init_info.contains("world_size"))
+      for (const auto& url : cfg.receiver_urls) {
+        HttpClient::Options hopts;
+        hopts.bearer_token = cfg.receiver_token;
+        hopts.timeout = std::chrono::seconds(30);
+        world_sizes.push_back(HttpClient(url, hopts).get("/get_world_size").value("world_size", 1));
+      }
     try {
-      validate_init_info(cfg);
+      validate_init_info(cfg, world_sizes);
       files = prepare_checkpoint(cfg, o->json);
       SafetensorsSource check(files);  // validates every header before any process starts
       total = check.total_bytes();
@@ -124,14 +135,19 @@ Run add_launch_command(CLI::App& app) {
     }
     const std::string exe = self_exe();
 
-    std::unique_ptr<Child> receiver;
-    std::string url = cfg.receiver_url;
-    if (cfg.embedded_receiver) {
-      std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
-      for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
-      // The token travels in the environment: argv is readable by every user of the host.
-      std::tie(receiver, url) = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
-    }
+    std::vector<std::unique_ptr<Child>> receivers;
+    std::vector<std::string> urls = cfg.receiver_urls;
+    if (cfg.embedded_receiver)
+      for (int k = 0; k < cfg.receiver_count; ++k) {
+        std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
+        for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
+        // The token travels in the environment: argv is readable by every user of the host.
+        auto [child, url] = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
+        receivers.push_back(std::move(child));
+        urls.push_back(url);
+      }
+    std::string url_list;
+    for (const auto& u : urls) url_list += (url_list.empty() ? "" : ", ") + u;
     std::string rendezvous;
     // However the run ends, even by an exception: the rendezvous directory goes, and so do the
     // shared-memory segments of ranks killed mid-round (the ranks, declared below, are reaped
@@ -152,10 +168,11 @@ Run add_launch_command(CLI::App& app) {
     }
     if (!o->json)
       fmt::print(
-          "wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver {}{} | {} "
+          "wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver{} {}{} | {} "
           "round(s)\n",
-          cfg.backend, cfg.trainer_ranks, tensors, gb(static_cast<double>(total)), url,
-          cfg.embedded_receiver ? " (embedded)" : "", cfg.rounds);
+          cfg.backend, cfg.trainer_ranks, tensors, gb(static_cast<double>(total)),
+          urls.size() > 1 ? "s" : "", url_list, cfg.embedded_receiver ? " (embedded)" : "",
+          cfg.rounds);
     std::fflush(stdout);
 
     std::vector<std::unique_ptr<Child>> ranks;
@@ -165,10 +182,9 @@ Run add_launch_command(CLI::App& app) {
                                     cfg.file,
                                     "--trainer-rank",
                                     std::to_string(k),
-                                    "--receiver-url",
-                                    url,
                                     "--rendezvous-dir",
                                     rendezvous.empty() ? "-" : rendezvous};
+      for (const auto& u : urls) argv.insert(argv.end(), {"--receiver-url", u});
       for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
       ranks.push_back(std::make_unique<Child>(argv));
     }
@@ -188,7 +204,9 @@ Run add_launch_command(CLI::App& app) {
     for (;;) {
       for (std::size_t k = 1; k < ranks.size(); ++k)
         pass_through(*ranks[k], fmt::format("rank {}", k));
-      if (receiver) pass_through(*receiver, "receiver");
+      for (std::size_t k = 0; k < receivers.size(); ++k)
+        pass_through(*receivers[k], receivers.size() == 1 ? std::string("receiver")
+                                                          : fmt::format("receiver {}", k + 1));
       auto line = ranks[0]->next_line(100ms);
       if (!line) {
         if (ranks[0]->at_eof()) break;
@@ -255,10 +273,8 @@ Run add_launch_command(CLI::App& app) {
       if (rc != 0 && errors.empty())
         errors.push_back(fmt::format("rank {} exited with status {}", k, rc));
     }
-    if (receiver) {
-      receiver->kill(SIGTERM);
-      receiver->wait();
-    }
+    for (auto& r : receivers) r->kill(SIGTERM);
+    for (auto& r : receivers) r->wait();
 
     bool all_verified = true;
     double seconds = 0, fastest = 0;
@@ -287,7 +303,7 @@ Run add_launch_command(CLI::App& app) {
           {"config", cfg.file},
           {"backend", cfg.backend},
           {"trainer_ranks", cfg.trainer_ranks},
-          {"receiver", url},
+          {"receiver", urls.size() == 1 ? nlohmann::json(urls[0]) : nlohmann::json(urls)},
           {"tensors", tensors},
           {"bytes_per_round", total},
           {"rounds", rounds},

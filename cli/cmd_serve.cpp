@@ -1,7 +1,8 @@
 // `wt serve`: the reference inference-side receiver (vLLM's weight-transfer HTTP routes).
 #include "commands.hpp"
-#include "device_copy.hpp"
+#include "device_option.hpp"
 
+#include <wt/cuda_host_staging.hpp>
 #include <wt/error.hpp>
 #include <wt/http_server.hpp>
 #include <wt/json_parse.hpp>
@@ -88,7 +89,9 @@ Run add_serve_command(CLI::App& app) {
     Receiver::Options ropts;
     ropts.backend = backend;
     ropts.device = parse_device(o->device);
-    if (ropts.device.device_type != kDLCPU) ropts.device_to_host = &copy_device_to_host;
+    // A CUDA receiver checks the driver and the device now, not at the first update.
+    if (ropts.device.device_type == kDLCUDA)
+      ropts.device_staging = make_cuda_host_staging(ropts.device.device_id);
     ropts.load_threads = o->load_threads;
     ropts.backend_options = std::move(backend_options);
     Receiver receiver(ropts);

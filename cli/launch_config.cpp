@@ -186,12 +186,30 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
   }
   if (top.has("receiver")) {
     Section r(top.get("receiver"), path, "receiver");
-    c.receiver_url = r.string("url");
-    c.embedded_receiver = r.scalar<bool>("embedded", "true or false", c.receiver_url.empty());
-    if (c.embedded_receiver && !c.receiver_url.empty())
+    // url: one URL, or a list of them (one per deployment).
+    if (r.has("url")) {
+      auto n = r.get("url");
+      if (n.IsScalar())
+        c.receiver_urls.push_back(r.string("url"));
+      else if (n.IsSequence() && n.size() > 0)
+        for (const auto& x : n) {
+          if (!x.IsScalar() || x.Scalar().empty())
+            r.fail(x, "'receiver.url' must be a URL or a list of URLs");
+          c.receiver_urls.push_back(x.Scalar());
+        }
+      else
+        r.fail(n, "'receiver.url' must be a URL or a non-empty list of URLs");
+    }
+    c.embedded_receiver = r.scalar<bool>("embedded", "true or false", c.receiver_urls.empty());
+    if (c.embedded_receiver && !c.receiver_urls.empty())
       r.fail(r.get("url"), "'receiver.url' and 'receiver.embedded: true' exclude each other");
-    if (!c.embedded_receiver && c.receiver_url.empty())
+    if (!c.embedded_receiver && c.receiver_urls.empty())
       r.fail(r.node(), "'receiver.embedded: false' needs 'receiver.url'");
+    c.receiver_count = r.scalar<int>("count", "an integer", 1);
+    if (r.has("count") && !c.embedded_receiver)
+      r.fail(r.get("count"), "'receiver.count' is for embedded receivers; list the URLs instead");
+    if (c.receiver_count < 1 || c.receiver_count > 16)
+      r.fail(r.get("count"), "'receiver.count' must be in 1..16");
     c.receiver_token = r.string("token");
     c.receiver_timeout_s = r.seconds("timeout_s", 300);
     c.receiver_device = r.string("device", "cpu");
@@ -218,8 +236,19 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
 
 }  // namespace
 
-void validate_init_info(const LaunchConfig& cfg) {
+nlohmann::json init_info_for(const LaunchConfig& cfg,
+                             const std::vector<int>& receiver_world_sizes) {
   auto fields = cfg.init_info;
+  if (fields.contains("master_address") && !fields.contains("world_size")) {
+    int n = 1;
+    for (int w : receiver_world_sizes) n += w;
+    fields["world_size"] = n;
+  }
+  return fields;
+}
+
+void validate_init_info(const LaunchConfig& cfg, const std::vector<int>& receiver_world_sizes) {
+  auto fields = init_info_for(cfg, receiver_world_sizes);
   fields["backend"] = cfg.backend;
   fields["rank"] = 0;
   try {

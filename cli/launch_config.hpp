@@ -36,8 +36,11 @@ struct LaunchConfig {
   };
   std::optional<Generate> generate;
 
+  // Receivers: `receiver_count` embedded `wt serve`s, or the deployments at receiver_urls. Every
+  // control-plane call goes to all of them (wt::FanOutClient).
   bool embedded_receiver = true;
-  std::string receiver_url;
+  int receiver_count = 1;
+  std::vector<std::string> receiver_urls;
   std::string receiver_token;
   double receiver_timeout_s = 300;
   std::string receiver_device = "cpu";
@@ -52,9 +55,13 @@ struct LaunchConfig {
 // Throws wt::Error (WT_ERR_INVALID_ARGUMENT) with "<file>:<line>:<col>: ..." messages.
 LaunchConfig load_launch_config(const std::string& path);
 
-// Re-validates the init info with the backend's own parser, reporting errors at the YAML line of
-// the offending key.
-void validate_init_info(const LaunchConfig& cfg);
+// Re-validates the init info (init_info_for) with the backend's own parser, reporting errors at
+// the YAML line of the offending key.
+void validate_init_info(const LaunchConfig& cfg, const std::vector<int>& receiver_world_sizes);
+
+// The init info a trainer rank sends, given the receivers' world sizes: a backend with a
+// rendezvous (master_address) and no world_size gets 1 (the sender) + their sum.
+nlohmann::json init_info_for(const LaunchConfig& cfg, const std::vector<int>& receiver_world_sizes);
 
 // Where a generated checkpoint lives: generate.dir, or $WT_CACHE_DIR / $XDG_CACHE_HOME/wt /
 // ~/.cache/wt, under checkpoints/<model>-<dtype>-seed<seed>-<shards>.

@@ -1,6 +1,7 @@
 #include "launch_trainer.hpp"
 
 #include <wt/checksum.hpp>
+#include <wt/fan_out_client.hpp>
 #include <wt/gloo_trainer_group.hpp>
 #include <wt/http_client.hpp>
 #include <wt/safetensors.hpp>
@@ -95,13 +96,36 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     HttpClient::Options hopts;
     hopts.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.receiver_timeout_s * 1000));
     hopts.bearer_token = cfg.receiver_token;
-    HttpClient client(args.receiver_url, hopts);
+    // One client per receiver, and one fan-out over them that gives each its own rank offset.
+    std::vector<std::unique_ptr<HttpClient>> receivers;
+    std::vector<FanOutClient::Replica> replicas;
+    std::vector<int> world_sizes;
+    // World sizes matter for rank offsets (several receivers) and a default world_size.
+    const bool need_world_sizes =
+        args.receiver_urls.size() > 1 ||
+        (cfg.init_info.contains("master_address") && !cfg.init_info.contains("world_size"));
+    for (const auto& url : args.receiver_urls) {
+      auto& c = receivers.emplace_back(std::make_unique<HttpClient>(url, hopts));
+      int ws = 1;
+      if (need_world_sizes) {
+        try {
+          ws = c->get("/get_world_size").at("world_size").get<int>();
+        } catch (const nlohmann::json::exception& e) {
+          throw Error(WT_ERR_REMOTE, fmt::format("receiver {}: /get_world_size gave no world size "
+                                                 "({})",
+                                                 url, e.what()));
+        }
+      }
+      replicas.push_back({c.get(), ws, url});
+      world_sizes.push_back(ws);
+    }
+    FanOutClient client(replicas);
     std::unique_ptr<TrainerGroup> group;
     if (cfg.trainer_ranks > 1)
       group = make_gloo_trainer_group(
           args.rank, cfg.trainer_ranks, args.rendezvous_dir,
           std::chrono::milliseconds(static_cast<int64_t>(cfg.group_timeout_s * 1000)));
-    auto fields = cfg.init_info;
+    auto fields = init_info_for(cfg, world_sizes);
     fields["backend"] = cfg.backend;
     fields["rank"] = args.rank;
     auto t0 = Clock::now();
@@ -126,17 +150,26 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
                            {"seconds", seconds},
                            {"bytes", checkpoint.total_bytes()}};
       if (args.rank == 0 && cfg.verify) {
-        auto remote = client.weight_checksums();
-        std::vector<std::string> mismatched;
+        // Every tensor on every receiver: "name" with one receiver, "receiver K: name" with more.
+        std::vector<std::string> expected;
         const auto& meta = checkpoint.metadata();
         for (std::size_t i = 0; i < checkpoint.size(); ++i) {
           auto b = checkpoint.bytes(i);
-          auto it = remote.find(meta[i].name);
-          if (it == remote.end() || it->second != checksum_bytes(b.data(), b.size()))
-            mismatched.push_back(meta[i].name);
+          expected.push_back(checksum_bytes(b.data(), b.size()));
+        }
+        std::vector<std::string> mismatched;
+        for (std::size_t k = 0; k < receivers.size(); ++k) {
+          auto remote = receivers[k]->weight_checksums();
+          for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+            auto it = remote.find(meta[i].name);
+            if (it == remote.end() || it->second != expected[i])
+              mismatched.push_back(receivers.size() == 1
+                                       ? meta[i].name
+                                       : fmt::format("receiver {}: {}", k + 1, meta[i].name));
+          }
         }
         ev["verified"] = mismatched.empty();
-        ev["checked"] = checkpoint.size();
+        ev["checked"] = checkpoint.size() * receivers.size();
         ev["mismatched"] = mismatched.size() > 5 ? std::vector<std::string>(mismatched.begin(),
                                                                             mismatched.begin() + 5)
                                                  : mismatched;

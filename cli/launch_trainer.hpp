@@ -12,7 +12,7 @@ namespace wt::cli {
 
 struct TrainerRankArgs {
   int rank = 0;
-  std::string receiver_url;
+  std::vector<std::string> receiver_urls;  // every call goes to all (wt::FanOutClient)
   std::string rendezvous_dir;
   std::vector<std::string> checkpoint_files;
 };

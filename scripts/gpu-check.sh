@@ -13,9 +13,12 @@ if command -v nvidia-smi >/dev/null; then
 else
   echo "gpu-check: no nvidia-smi here: the CUDA tests will skip"
 fi
-# What runs: the ipc CUDA tests (trainer process to a `wt serve --device cuda:0` receiver,
-# unpacked and packed: separate allocations, one allocation at 2-byte offsets, a producer on a
-# held-back non-blocking stream, cudaMallocAsync memory staged for export; the UUID check; the
-# device guard; the no-GPU refusals).
+# What runs (docs/cuda.md has the table of findings and tests): the ipc CUDA tests, trainer
+# process to a `wt serve --device cuda:0` receiver (or the test receiver that checks inside the
+# load), unpacked and packed: separate allocations, one allocation at 2-byte offsets, a producer on
+# a held-back non-blocking stream, an asynchronous consumer through 2 small packed buffers,
+# bf16[3]/f32[5] alignment, zero-element tensors, cudaMallocAsync and cuMemCreate memory, abort
+# during a slow load, a 2.3 GB model with GB/s printed; the UUID check; the device guard; the
+# no-GPU refusals; and the driver-range tests with a stand-in libcuda.
 cd build
-ctest --output-on-failure -R 'IpcCuda' -j 1
+ctest --output-on-failure -V -R 'IpcCuda|CudaDriver' -j 1 | grep -Ev '^[0-9]+: (Test command|Working Directory|Environment)'

@@ -15,10 +15,13 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
@@ -237,6 +240,36 @@ TEST(AbiLoader, DestinationWritesLandAtFinishAndAFailedRoundChangesNothing) {
   EXPECT_FALSE(receiver.session_active());
   EXPECT_EQ(floats_of(receiver, "a"), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(receiver.weight_version(), "1");
+}
+
+// The trainer ends an update while the worker is blocked in its transfer: the receiver aborts the
+// engine at once, outside the lock the blocked update holds, so the update returns ABORTED and the
+// end returns promptly instead of waiting for a transfer that never ends. Nothing is committed.
+TEST(ReceiverEnd, EndingAnUpdateInterruptsATransferBlockedInTheWorker) {
+  use_abi_plugins();
+  Receiver receiver("testgood");
+  receiver.init_weight_transfer_engine(json::object());
+  receiver.start_weight_update();
+  std::atomic<wt_status> code{WT_OK};
+  std::thread update([&] {
+    try {
+      receiver.update_weights({{"block_until_abort", true}});
+    } catch (const Error& e) {
+      code = e.code();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the update is blocked by now
+  const auto t0 = std::chrono::steady_clock::now();
+  receiver.end_weight_update("the trainer gave up");
+  update.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(code.load(), WT_ERR_ABORTED);
+  EXPECT_FALSE(receiver.session_active());
+  EXPECT_TRUE(receiver.names().empty());
+  receiver.start_weight_update();  // a fresh round is accepted
+  receiver.update_weights({{"inline", {{{"name", "a"}, {"values", {1, 2}}}}}});
+  receiver.finish_weight_update("2");
+  EXPECT_EQ(floats_of(receiver, "a"), (std::vector<float>{1, 2}));
 }
 
 class DeltaReceiver : public ::testing::Test {

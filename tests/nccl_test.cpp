@@ -12,7 +12,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
@@ -47,6 +51,42 @@ void expect_same_bytes(test::VectorSource& s, const Receiver& r) {
 }
 
 class NcclHost : public ::testing::TestWithParam<bool> {};
+
+// Holds update_weights (the trainer's side-thread RPC) until released, then refuses it: the
+// trainer's broadcast meanwhile waits for a worker that never comes to it.
+class GateClient : public Client {
+ public:
+  explicit GateClient(Client& inner) : inner_(inner) {}
+  void init_weight_transfer_engine(std::string_view j) override {
+    inner_.init_weight_transfer_engine(j);
+  }
+  void start_weight_update() override { inner_.start_weight_update(); }
+  void update_weights(std::string_view) override {
+    std::unique_lock<std::mutex> l(mu_);
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(l, [&] { return released_; });
+    throw Error(WT_ERR_REMOTE, "held, then refused");
+  }
+  void finish_weight_update(const std::optional<std::string>& v) override {
+    inner_.finish_weight_update(v);
+  }
+  void wait_until_held() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return held_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  Client& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, released_ = false;
+};
 
 TEST_P(NcclHost, ByteExactOverSeveralRounds) {
   Receiver receiver(receiver_options());
@@ -139,6 +179,108 @@ TEST(NcclHostFaults, AWorkerThatNeverComesIsATimeoutNotAHang) {
     EXPECT_THAT(e.what(), HasSubstr("rendezvous of 2 ranks at 127.0.0.1:"));
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// A source that stops before yielding tensor `at` until released: the peers then wait inside
+// that tensor's broadcast.
+class GateSource : public WeightSource {
+ public:
+  GateSource(WeightSource& inner, std::size_t at) : inner_(inner), at_(at) {}
+  const std::vector<ParamMeta>& metadata() override { return inner_.metadata(); }
+  void begin() override {
+    index_ = 0;
+    inner_.begin();
+  }
+  bool next(wt_tensor& out) override {
+    if (index_++ == at_) {
+      std::unique_lock<std::mutex> l(mu_);
+      blocked_ = true;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return released_; });
+    }
+    return inner_.next(out);
+  }
+  void end() override { inner_.end(); }
+  void wait_until_blocked() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return blocked_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  WeightSource& inner_;
+  std::size_t at_, index_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool blocked_ = false, released_ = false;
+};
+
+// The trainer ends an update while the worker waits in a broadcast (its own deadline: 30 s): the
+// receiver aborts the engine at once, the broadcast stops waiting, the update fails as aborted,
+// nothing is committed. The trainer's round fails (by its 3 s deadline at the latest), and a fresh
+// trainer_init syncs byte-exact through the same receiver.
+TEST(NcclHostFaults, EndingAnUpdateInterruptsAWorkerBlockedInABroadcast) {
+  Receiver receiver(receiver_options(30));
+  InProcessClient client(receiver);
+  test::VectorSource model;
+  test::fill_model(model);
+  GateSource gate(model, 50);
+  auto engine = trainer_init(nccl_info(free_port(), false, 1 << 16, 3), client, &gate);
+  std::atomic<bool> round_failed{false};
+  std::thread sender([&] {
+    try {
+      engine->send_weights();
+    } catch (const Error&) {
+      round_failed = true;
+    }
+  });
+  gate.wait_until_blocked();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the worker waits for tensor 50
+  const auto t0 = std::chrono::steady_clock::now();
+  receiver.end_weight_update("the trainer gave up");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5))
+      << "the worker's broadcast was not interrupted";
+  EXPECT_FALSE(receiver.session_active());
+  EXPECT_TRUE(receiver.names().empty());
+  gate.release();
+  sender.join();
+  EXPECT_TRUE(round_failed.load());
+  engine.reset();
+
+  auto again = trainer_init(nccl_info(free_port(), false), client, &model);
+  again->send_weights();
+  expect_same_bytes(model, receiver);
+}
+
+// abort() on the trainer from another thread interrupts the broadcast it waits in (a worker that
+// has not come to it): send_weights fails as aborted, long before the transfer deadline.
+TEST(NcclHostFaults, AbortInterruptsATrainerBlockedInABroadcast) {
+  Receiver receiver(receiver_options(30));
+  InProcessClient inner(receiver);
+  GateClient client(inner);  // holds the update call, so the worker never joins the broadcast
+  test::VectorSource model;
+  test::fill_model(model);
+  auto engine = trainer_init(nccl_info(free_port(), false, 1 << 16, 30), client, &model);
+  std::atomic<wt_status> code{WT_OK};
+  std::thread sender([&] {
+    try {
+      engine->send_weights();
+    } catch (const Error& e) {
+      code = e.code();
+    }
+  });
+  client.wait_until_held();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  engine->abort();
+  client.release();
+  sender.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(code.load(), WT_ERR_ABORTED);
 }
 
 }  // namespace

@@ -23,7 +23,11 @@
 namespace wt {
 
 void Receiver::Tensor::Unmap::operator()(unsigned char* p) const {
-  if (p != nullptr) munmap(p, size);
+  if (p == nullptr) return;
+  if (pinned != nullptr)
+    pinned->free_host(p);
+  else
+    munmap(p, size);
 }
 
 namespace {
@@ -62,6 +66,9 @@ Receiver::Receiver(Options options)
       load_threads_(options_.load_threads > 0 ? options_.load_threads : default_copy_threads()) {
   if (options_.backend.empty())
     throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
+  if (options_.device.device_type != kDLCPU && !options_.device_staging)
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                "a receiver on a device needs Options::device_staging to bring tensors to host");
 }
 
 Receiver::Receiver(const std::string& backend)
@@ -71,9 +78,20 @@ Receiver::Receiver(const std::string& backend)
         return o;
       }()) {}
 
-Receiver::~Receiver() = default;
+Receiver::~Receiver() {
+  try {
+    wait_for_device_copies();  // none may still write into memory freed below
+  } catch (const std::exception& e) {
+    logger()->warn("receiver: waiting for device copies at exit: {}", e.what());
+  }
+}
+
+void Receiver::wait_for_device_copies() {
+  if (options_.device_staging) options_.device_staging->synchronize();
+}
 
 void Receiver::discard_staged() {
+  wait_for_device_copies();  // a slot becomes a spare only when no copy still writes into it
   for (auto& [name, t] : staged_) spare_[name] = std::move(t);
   staged_.clear();
 }
@@ -84,6 +102,10 @@ Receiver::Tensor Receiver::take_slot(const std::string& name, uint64_t nbytes) {
   if (spare != spare_.end() && spare->second.nbytes == nbytes) {
     slot = std::move(spare->second);
     spare_.erase(spare);
+  } else if (auto* pinned = options_.device_staging.get()) {
+    slot.data = {static_cast<unsigned char*>(pinned->allocate_host(nbytes == 0 ? 1 : nbytes)),
+                 Tensor::Unmap{nbytes, pinned}};
+    slot.nbytes = nbytes;
   } else {
     slot.data = allocate(nbytes);
     slot.nbytes = nbytes;
@@ -185,11 +207,18 @@ void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
   if (engine_ && active_) engine_->abort();
   active_ = false;
   discard_staged();  // a round abandoned by a re-init must never reach a later finish
-  engine_.reset();
+  {
+    std::lock_guard<std::mutex> e(engine_mu_);
+    engine_.reset();
+  }
   WorkerOptions wopts;
   wopts.device = options_.device;
   wopts.backend_options = options_.backend_options;
-  engine_ = WorkerEngine::create(options_.backend, text, wopts);
+  // Device copies are queued on the staging's stream: the worker waits for it before answering.
+  if (options_.device_staging) wopts.stream = options_.device_staging->stream();
+  std::shared_ptr<WorkerEngine> created = WorkerEngine::create(options_.backend, text, wopts);
+  std::lock_guard<std::mutex> e(engine_mu_);
+  engine_ = std::move(created);
   logger()->info("receiver: {} worker engine initialised with {}{}", options_.backend,
                  text.substr(0, 512), text.size() > 512 ? "..." : "");
 }
@@ -251,7 +280,7 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
   for (const auto& t : tensors) {
     const DLTensor& d = t.tensor;
     const bool on_host = d.device.device_type == kDLCPU || d.device.device_type == kDLCUDAHost;
-    if (!on_host && !options_.device_to_host)
+    if (!on_host && !options_.device_staging)
       throw Error(
           WT_ERR_UNSUPPORTED,
           fmt::format("tensor '{}' arrived in device memory and this receiver has no device copy",
@@ -268,14 +297,16 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
     if (on_host)
       host_copies.push_back(
           {slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset, nbytes});
-    else
-      options_.device_to_host(slot.data.get(), d, nbytes);
+    else if (nbytes > 0)
+      options_.device_staging->copy_to_host(slot.data.get(), d, nbytes);
     auto old = staged_.find(t.name);
     if (old != staged_.end()) spare_[t.name] = std::move(old->second);
     staged_[t.name] = std::move(slot);
     total += nbytes;
   }
-  // The slots stay alive until the copies are done: replaced ones wait in spare_.
+  // The slots stay alive until the copies are done: replaced ones wait in spare_. A slot recycled
+  // from a spare may still be the target of a queued device copy: those land first.
+  if (!host_copies.empty()) wait_for_device_copies();
   // Guarded: another process can truncate the shared-memory file being read (SIGBUS otherwise).
   if (auto fault = guarded_parallel_copy(host_copies, repeated ? 1 : load_threads_))
     throw Error(WT_ERR_SYSTEM, fault->message(tensors));
@@ -289,6 +320,7 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
   active_ = false;
   try {
     engine_->finish();
+    wait_for_device_copies();  // the round's one synchronisation
   } catch (...) {
     discard_staged();
     throw;
@@ -305,6 +337,19 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
 }
 
 void Receiver::end_weight_update(const std::string& reason) {
+  if (active_) {
+    std::shared_ptr<WorkerEngine> engine;
+    {
+      std::lock_guard<std::mutex> e(engine_mu_);
+      engine = engine_;
+    }
+    if (engine) {
+      try {
+        engine->abort();  // safe from any thread (ABI): a receive in progress returns ABORTED
+      } catch (...) {
+      }
+    }
+  }
   std::lock_guard<std::mutex> l(session_mu_);
   if (!active_) return;
   active_ = false;

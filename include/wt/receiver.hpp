@@ -26,12 +26,29 @@ namespace wt {
 
 class Receiver {
  public:
+  // How a receiver whose worker maps device memory brings tensors to host memory: copies queued on
+  // one stream into host memory it allocates (pinned, so the copies are asynchronous). The worker
+  // engine is given stream() and waits for it before it answers an update (ABI 2); the receiver
+  // synchronises once per round, before the round's tensors become visible or are dropped.
+  // make_cuda_host_staging() (wt/cuda_host_staging.hpp) is the CUDA one.
+  class DeviceStaging {
+   public:
+    virtual ~DeviceStaging() = default;
+    virtual void* allocate_host(std::size_t n) = 0;
+    virtual void free_host(void* p) noexcept = 0;
+    // Queues a copy of n bytes of `src` (data + byte_offset) to dst, memory from allocate_host.
+    virtual void copy_to_host(void* dst, const DLTensor& src, std::size_t n) = 0;
+    // The stream the copies are queued on (cudaStream_t for CUDA), or nullptr.
+    virtual void* stream() const = 0;
+    // Returns when every queued copy is done.
+    virtual void synchronize() = 0;
+  };
+
   struct Options {
     std::string backend;  // which plugin's worker engine to create at init
     DLDevice device{kDLCPU, 0};
-    // Copies `n` bytes of a received device tensor into host memory; needed when `device` is not
-    // the CPU (wt serve provides it when built with CUDA).
-    std::function<void(void* dst, const DLTensor& src, std::size_t n)> device_to_host;
+    // Needed when `device` is not the CPU (wt serve makes a CUDA one when built with CUDA).
+    std::shared_ptr<DeviceStaging> device_staging;
     // Threads that copy received host tensors into place (a batch under 32 MiB uses one);
     // 0: the hardware's thread count, at most 8.
     unsigned load_threads = 0;
@@ -42,9 +59,11 @@ class Receiver {
   struct Tensor {
     DLDataType dtype{};
     std::vector<int64_t> shape;
-    // Host memory from mmap, with transparent huge pages requested for large tensors.
+    // Host memory from mmap, with transparent huge pages requested for large tensors, or pinned
+    // memory from the device staging (for receivers of device tensors).
     struct Unmap {
       std::size_t size;
+      DeviceStaging* pinned = nullptr;
       void operator()(unsigned char* p) const;
     };
     std::unique_ptr<unsigned char, Unmap> data{nullptr, Unmap{0}};
@@ -56,7 +75,7 @@ class Receiver {
   explicit Receiver(const std::string& backend);
   ~Receiver();
 
-  // The four control-plane calls; throw wt::Error (WT_ERR_STATE for session-rule violations).
+  // The control-plane calls; throw wt::Error (WT_ERR_STATE for session-rule violations).
   // The JSON is taken by value (move it in): it is turned into the engine's text and freed before
   // the engine parses that text, so a large payload is not held twice.
   void init_weight_transfer_engine(nlohmann::json init_info);
@@ -64,8 +83,10 @@ class Receiver {
   // One update_info object, or a list with one object per worker (this receiver is one worker).
   void update_weights(nlohmann::json update_info);
   void finish_weight_update(const std::optional<std::string>& weight_version);
-  // Ends the current update, if any: the engine is aborted, what the round staged is dropped, the
-  // session ends (the next start is accepted). The committed weights stay as they were.
+  // Ends the current update, if any: the engine is aborted at once, from this thread, so an update
+  // call blocked in a transfer returns (with WT_ERR_ABORTED); then, when it has, what the round
+  // staged is dropped and the session ends (the next start is accepted). The committed weights stay
+  // as they were.
   void end_weight_update(const std::string& reason);
 
   const std::string& backend() const { return options_.backend; }
@@ -87,8 +108,9 @@ class Receiver {
 
  private:
   class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches
-  uint64_t load(std::span<const wt_tensor> tensors);           // returns the bytes copied
-  void discard_staged();                                       // staged tensors become spares
+  uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
+  void discard_staged();                              // staged tensors become spares
+  void wait_for_device_copies();
   Tensor take_slot(const std::string& name, uint64_t nbytes);  // a spare of that size, or new
 
   Options options_;
@@ -98,7 +120,10 @@ class Receiver {
   // what readers see (committed_, version_, rounds_) and is only held briefly.
   std::mutex session_mu_;
   mutable std::mutex state_mu_;
-  std::unique_ptr<WorkerEngine> engine_;
+  // engine_ is replaced under session_mu_ and engine_mu_, read under either: end_weight_update
+  // takes a reference under engine_mu_ alone to abort a transfer that holds session_mu_.
+  std::mutex engine_mu_;
+  std::shared_ptr<WorkerEngine> engine_;
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> written_in_place_{0};
   std::map<std::string, Tensor> staged_, spare_;

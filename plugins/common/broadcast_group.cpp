@@ -82,19 +82,53 @@ BroadcastGroup::BroadcastGroup(const Options& o) : options_(o) {
 BroadcastGroup::~BroadcastGroup() = default;
 
 void BroadcastGroup::broadcast(void* data, std::size_t bytes, int root, const std::string& what) {
-  if (broken_) fail(WT_ERR_STATE, "the group broke in an earlier transfer; initialise again");
+  auto aborted = [&] {
+    broken_ = true;
+    fail(WT_ERR_ABORTED, "{}: aborted", what);
+  };
+  if (broken_) {
+    std::lock_guard<std::mutex> l(abort_mu_);
+    if (aborted_) aborted();
+    fail(WT_ERR_STATE, "the group broke in an earlier transfer; initialise again");
+  }
   if (bytes == 0) return;
   try {
     gloo_call(what, [&] {
       gloo::BroadcastOptions b(context_);
-      b.setOutput(static_cast<uint8_t*>(data), bytes);
+      auto buffer = context_->createUnboundBuffer(data, bytes);
+      {
+        std::lock_guard<std::mutex> l(abort_mu_);
+        if (aborted_) aborted();
+        current_ = buffer.get();
+      }
+      b.setOutput<uint8_t>(std::move(buffer));
       b.setRoot(root);
       b.setTimeout(options_.transfer_timeout);
-      gloo::broadcast(b);
+      try {
+        gloo::broadcast(b);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(abort_mu_);
+        current_ = nullptr;
+        throw;
+      }
+      std::lock_guard<std::mutex> l(abort_mu_);
+      current_ = nullptr;
+      // An interrupted wait returns as if done: only the flag tells. The buffer goes with `b`, so
+      // bytes arriving later are not written into `data`.
+      if (aborted_) aborted();
     });
   } catch (...) {
     broken_ = true;  // the peers' collectives no longer line up
     throw;
+  }
+}
+
+void BroadcastGroup::abort() {
+  std::lock_guard<std::mutex> l(abort_mu_);
+  aborted_ = true;
+  if (current_ != nullptr) {
+    current_->abortWaitRecv();
+    current_->abortWaitSend();
   }
 }
 

@@ -6,6 +6,10 @@
 #include "tcp_store.hpp"
 
 #include <gloo/rendezvous/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <atomic>
+#include <mutex>
 
 #include <chrono>
 #include <cstddef>
@@ -35,6 +39,13 @@ class BroadcastGroup {
   // A peer that dies or stalls fails it (WT_ERR_TIMEOUT / WT_ERR_REMOTE) naming `what`; the group
   // is then broken for good (broken() is true) and must be made again.
   void broadcast(void* data, std::size_t bytes, int root, const std::string& what);
+  // From any thread: the broadcast in progress, if any, stops waiting and fails with
+  // WT_ERR_ABORTED, as does every later one; the group is broken. Gloo has no abort of its own:
+  // this interrupts the wait the broadcast is in (in a group of a sender and workers that receive,
+  // its only one); a further wait of a deeper broadcast tree still ends at the transfer deadline.
+  // The destination memory is never written after the broadcast returned: the buffer Gloo would
+  // write through is gone with it.
+  void abort();
   bool broken() const { return broken_; }
   int rank() const { return options_.rank; }
   int size() const { return options_.world_size; }
@@ -43,7 +54,10 @@ class BroadcastGroup {
   Options options_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};
+  std::mutex abort_mu_;                                // guards current_ and aborted_
+  gloo::transport::UnboundBuffer* current_ = nullptr;  // the broadcast in progress
+  bool aborted_ = false;
 };
 
 }  // namespace wt::plugins

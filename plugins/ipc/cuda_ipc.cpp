@@ -5,8 +5,7 @@
 #include <wt/sdk/errors.hpp>
 
 #ifdef WT_IPC_WITH_CUDA
-#include <cuda.h>
-#include <cuda_runtime_api.h>
+#include <wt/sdk/cuda_driver.hpp>
 #endif
 
 #include <cstring>
@@ -17,65 +16,35 @@ using sdk::fail;
 
 #ifdef WT_IPC_WITH_CUDA
 
-namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();  // clear the sticky-free error state
-  wt_status code = (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
-                    e == cudaErrorInitializationError || e == cudaErrorStubLibrary)
-                       ? WT_ERR_UNSUPPORTED
-                       : WT_ERR_DEVICE;
-  fail(code, "{} failed: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-int current_device() {
-  int d = 0;
-  check(cudaGetDevice(&d), "cudaGetDevice");
-  return d;
-}
-
-// cuMemGetAddressRange through the runtime's driver entry point, so the plugin does not link
-// libcuda and still loads on machines without a driver.
-using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-GetAddressRange address_range_fn() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-  check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                         &status),
-        "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
-  if (fn == nullptr || status != cudaDriverEntryPointSuccess)
-    fail(WT_ERR_UNSUPPORTED, "the CUDA driver does not provide cuMemGetAddressRange");
-  return reinterpret_cast<GetAddressRange>(fn);
-}
-
-CUresult address_range(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
-  static const GetAddressRange fn = address_range_fn();  // a function pointer, not state
-  return fn(base, size, p);
-}
-
-}  // namespace
+// Every call goes to the driver API through sdk/cuda_driver.hpp: no CUDA runtime is linked, so the
+// plugin loads without a driver and runs on any driver serving CUDA 12.0, whatever toolkit built
+// it (docs/cuda.md).
+namespace drv = sdk::cuda;
+using drv::check;
+using drv::driver;
 
 bool built_with_cuda() {
   return true;
 }
 
-DeviceGuard::DeviceGuard(int device) {
-  int now = current_device();
-  if (now != device) {
-    check(cudaSetDevice(device), "cudaSetDevice");
-    previous_ = now;
-  }
+DeviceGuard::DeviceGuard(int device) : impl_(new drv::DeviceGuard(device)) {}
+DeviceGuard::~DeviceGuard() {
+  delete static_cast<drv::DeviceGuard*>(impl_);
 }
 
-DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
+namespace {
+drv::OwnStream& own(void* stream) {
+  return *static_cast<drv::OwnStream*>(stream);
 }
+}  // namespace
 
 std::string device_uuid(int device) {
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  DeviceGuard guard(device);  // also checks the ordinal against the devices present
+  CUdevice dev = 0;
+  check(driver().DeviceGet(&dev, device), "cuDeviceGet");
+  CUuuid uuid{};
+  check(driver().DeviceGetUuid(&uuid, dev), "cuDeviceGetUuid");
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
   std::string s = "GPU-";
   static const char* hex = "0123456789abcdef";
   for (int i = 0; i < 16; ++i) {
@@ -87,18 +56,23 @@ std::string device_uuid(int device) {
 }
 
 int device_of(const void* ptr) {
-  cudaPointerAttributes attr{};
-  check(cudaPointerGetAttributes(&attr, ptr), "cudaPointerGetAttributes");
-  if (attr.type != cudaMemoryTypeDevice)
-    fail(WT_ERR_INVALID_ARGUMENT, "pointer {} is not device memory from cudaMalloc", ptr);
-  return attr.device;
+  const auto p = reinterpret_cast<CUdeviceptr>(ptr);
+  unsigned int type = 0;
+  CUresult r = driver().PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+  if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && type != CU_MEMORYTYPE_DEVICE))
+    fail(WT_ERR_INVALID_ARGUMENT, "pointer {} is not CUDA device memory", ptr);
+  check(r, "cuPointerGetAttribute(MEMORY_TYPE)");
+  int device = -1;
+  check(driver().PointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p),
+        "cuPointerGetAttribute(DEVICE_ORDINAL)");
+  return device;
 }
 
 Exported export_pointer(const void* ptr) {
   auto e = try_export_pointer(ptr);
   if (!e)
     fail(WT_ERR_DEVICE,
-         "cudaIpcGetMemHandle refused the allocation of {} (memory from cudaMallocAsync or VMM "
+         "cuIpcGetMemHandle refused the allocation of {} (memory from cudaMallocAsync or VMM "
          "pools cannot be shared)",
          ptr);
   return *e;
@@ -109,16 +83,12 @@ std::optional<Exported> try_export_pointer(const void* ptr) {
   DeviceGuard guard(device);
   CUdeviceptr base = 0;
   size_t size = 0;
-  CUresult r = address_range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
-  if (r != CUDA_SUCCESS)
-    fail(WT_ERR_DEVICE, "cuMemGetAddressRange failed with CUresult {}", static_cast<int>(r));
-  cudaIpcMemHandle_t h{};
-  cudaError_t err = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base));
-  if (err == cudaErrorInvalidValue || err == cudaErrorNotSupported) {
-    cudaGetLastError();  // not sticky: clear it
-    return std::nullopt;
-  }
-  check(err, "cudaIpcGetMemHandle");
+  check(driver().MemGetAddressRange(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)),
+        "cuMemGetAddressRange");
+  CUipcMemHandle h{};
+  CUresult r = driver().IpcGetMemHandle(&h, base);
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) return std::nullopt;
+  check(r, "cuIpcGetMemHandle");
   Exported e;
   e.handle_b64 = base64_encode(&h, sizeof h);
   e.allocation_size = size;
@@ -128,24 +98,23 @@ std::optional<Exported> try_export_pointer(const void* ptr) {
 
 DeviceBuffer::DeviceBuffer(int device, std::size_t size) : size_(size), device_(device) {
   DeviceGuard guard(device);
-  check(cudaMalloc(&ptr_, size == 0 ? 1 : size), "cudaMalloc of a packed buffer");
-  cudaStream_t s = nullptr;
-  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    cudaFree(ptr_);
-    ptr_ = nullptr;
-    check(e, "cudaStreamCreateWithFlags");
+  CUdeviceptr p = 0;
+  check(driver().MemAlloc(&p, size == 0 ? 1 : size), "cuMemAlloc of a packed buffer");
+  ptr_ = reinterpret_cast<void*>(p);
+  try {
+    stream_ = new drv::OwnStream(device);
+  } catch (...) {
+    driver().MemFree(p);
+    throw;
   }
-  stream_ = s;
 }
 
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_ == nullptr) return;
+  delete &own(stream_);  // synchronises first: no copy still writing
   try {
     DeviceGuard guard(device_);
-    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));  // no copy still writing
-    cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-    cudaFree(ptr_);
+    driver().MemFree(reinterpret_cast<CUdeviceptr>(ptr_));
   } catch (...) {  // no device to switch to: the context is gone with it
   }
 }
@@ -155,47 +124,45 @@ void DeviceBuffer::copy_in(std::size_t offset, const void* src, std::size_t n) {
     fail(WT_ERR_INTERNAL, "a packed copy of {} bytes at {} overruns a {}-byte buffer", n, offset,
          size_);
   DeviceGuard guard(device_);
-  check(cudaMemcpyAsync(data() + offset, src, n, cudaMemcpyDefault,
-                        static_cast<cudaStream_t>(stream_)),
-        "cudaMemcpyAsync into a packed buffer");
+  check(driver().MemcpyAsync(reinterpret_cast<CUdeviceptr>(data() + offset),
+                             reinterpret_cast<CUdeviceptr>(src), n, own(stream_).get()),
+        "cuMemcpyAsync into a packed buffer");
 }
 
 void DeviceBuffer::synchronize() {
-  DeviceGuard guard(device_);
-  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  own(stream_).synchronize();
 }
 
 void synchronize(int device) {
   DeviceGuard guard(device);
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-}
-
-void synchronize_stream(void* stream) {
-  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+  check(driver().CtxSynchronize(), "cuCtxSynchronize");
 }
 
 void wait_for(void* stream, int device) {
+  DeviceGuard guard(device);
   if (stream != nullptr)
-    synchronize_stream(stream);
+    check(driver().StreamSynchronize(static_cast<CUstream>(stream)), "cuStreamSynchronize");
   else
-    synchronize(device);
+    check(driver().CtxSynchronize(), "cuCtxSynchronize");
 }
 
 Imported::Imported(const std::string& handle_b64, int device) : device_(device) {
   std::string raw = base64_decode(handle_b64, "CUDA IPC handle");
-  cudaIpcMemHandle_t h{};
+  CUipcMemHandle h{};
   if (raw.size() != sizeof h)
     fail(WT_ERR_INVALID_ARGUMENT, "a CUDA IPC handle is {} bytes, this one decodes to {}", sizeof h,
          raw.size());
   std::memcpy(&h, raw.data(), sizeof h);
   DeviceGuard guard(device);
-  check(cudaIpcOpenMemHandle(&ptr_, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  CUdeviceptr p = 0;
+  check(driver().IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle");
+  ptr_ = reinterpret_cast<void*>(p);
   CUdeviceptr base = 0;
   size_t size = 0;
-  if (address_range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr_)) != CUDA_SUCCESS) {
-    cudaIpcCloseMemHandle(ptr_);
+  if (CUresult r = driver().MemGetAddressRange(&base, &size, p); r != CUDA_SUCCESS) {
+    driver().IpcCloseMemHandle(p);
     ptr_ = nullptr;
-    fail(WT_ERR_DEVICE, "cuMemGetAddressRange of an opened CUDA IPC handle failed");
+    check(r, "cuMemGetAddressRange of an opened CUDA IPC handle");
   }
   size_ = size;
 }
@@ -204,7 +171,7 @@ Imported::~Imported() {
   if (ptr_ == nullptr) return;
   try {
     DeviceGuard guard(device_);
-    cudaIpcCloseMemHandle(ptr_);
+    driver().IpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(ptr_));
   } catch (...) {
   }
 }
@@ -248,9 +215,6 @@ void DeviceBuffer::synchronize() {
   unsupported();
 }
 void synchronize(int) {
-  unsupported();
-}
-void synchronize_stream(void*) {
   unsupported();
 }
 void wait_for(void*, int) {

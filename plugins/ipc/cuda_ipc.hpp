@@ -1,6 +1,7 @@
-// CUDA memory for the ipc backend: cudaIpcMemHandle export/import keyed by GPU UUID. Built only
-// when the CUDA toolkit is found; otherwise every call fails with WT_ERR_UNSUPPORTED. With the
-// toolkit but no GPU (or no driver) calls fail with WT_ERR_UNSUPPORTED naming the CUDA error.
+// CUDA memory for the ipc backend: CUDA IPC handle export/import keyed by GPU UUID, through the
+// driver API reached at run time (wt/sdk/cuda_driver.hpp). Built only when the CUDA toolkit's
+// headers are found; otherwise every call fails with WT_ERR_UNSUPPORTED. Without a driver, with
+// one too old, or without a GPU, calls fail with WT_ERR_UNSUPPORTED saying which.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,7 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int previous_ = -1;
+  void* impl_ = nullptr;  // sdk::cuda::DeviceGuard
 };
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" of a device index.
@@ -33,7 +34,7 @@ std::string device_uuid(int device);
 int device_of(const void* ptr);
 
 struct Exported {
-  std::string handle_b64;  // cudaIpcMemHandle_t
+  std::string handle_b64;  // CUipcMemHandle (the runtime's cudaIpcMemHandle_t)
   uint64_t allocation_size = 0;
   uint64_t offset = 0;  // of ptr inside its allocation
 };
@@ -62,7 +63,7 @@ class DeviceBuffer {
 
  private:
   void* ptr_ = nullptr;
-  void* stream_ = nullptr;  // cudaStream_t
+  void* stream_ = nullptr;  // sdk::cuda::OwnStream
   std::size_t size_ = 0;
   int device_ = 0;
 };
@@ -71,10 +72,9 @@ class DeviceBuffer {
 // the model's, when the host names it: cheaper than the whole device). wait_for(null, d) waits
 // for the whole device d: with no stream named, work may be queued on any of them.
 void synchronize(int device);
-void synchronize_stream(void* stream);
 void wait_for(void* stream, int device);
 
-// A handle opened in this process (cudaIpcOpenMemHandle); closed on destruction.
+// A handle opened in this process (cuIpcOpenMemHandle); closed on destruction.
 class Imported {
  public:
   Imported(const std::string& handle_b64, int device);

@@ -264,7 +264,7 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
   // The producer's kernels are done before export: its stream when the host named it, else each
   // device the round's tensors are on, once.
   if (stream_ != nullptr && !devices.empty())
-    cuda::synchronize_stream(stream_);
+    cuda::wait_for(stream_, *devices.begin());
   else
     for (int d : devices) cuda::synchronize(d);
   auto merged = gather_and_merge(mine, params);

@@ -71,6 +71,12 @@ NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo&
 
 NcclTrainer::~NcclTrainer() = default;
 
+void NcclTrainer::abort() {
+  aborted_ = true;
+  std::lock_guard<std::mutex> l(group_mu_);
+  if (group_) group_->abort();
+}
+
 void NcclTrainer::send_weights(const sdk::SendArgs& args) {
   if (aborted_) fail(WT_ERR_ABORTED, "the nccl trainer engine was aborted");
   if (!args.patches.empty())
@@ -99,7 +105,10 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
   } catch (...) {
     parked_.push_back(std::move(rpc));  // never joined here: it may be blocked for good
     // Once a collective began, the peers' collectives no longer line up: the group is done.
-    if (collective_started_) group_.reset();
+    if (collective_started_) {
+      std::lock_guard<std::mutex> l(group_mu_);
+      group_.reset();
+    }
     throw;
   }
   client_.finish_weight_update(args.weight_version);

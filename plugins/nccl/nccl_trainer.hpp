@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace wt::nccl {
@@ -23,7 +24,8 @@ class NcclTrainer final : public sdk::TrainerBase {
   NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo& info);
   ~NcclTrainer() override;
   void send_weights(const sdk::SendArgs& args) override;
-  void abort() override { aborted_ = true; }
+  // From any thread: the round in progress fails with WT_ERR_ABORTED, its broadcast interrupted.
+  void abort() override;
 
  private:
   void broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<ParamMeta>& meta);
@@ -33,6 +35,7 @@ class NcclTrainer final : public sdk::TrainerBase {
   sdk::ClientRef client_;
   sdk::SourceRef source_;
   bool sender_;
+  std::mutex group_mu_;  // group_ is reset on the sending thread and aborted from any
   std::unique_ptr<plugins::BroadcastGroup> group_;
   std::atomic<bool> aborted_{false};
   bool collective_started_ = false;  // this round broadcast something

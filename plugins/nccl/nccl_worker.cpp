@@ -55,7 +55,15 @@ void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
+    receiving_ = true;
   }
+  struct Done {
+    NcclWorker& w;
+    ~Done() {
+      std::lock_guard<std::mutex> l(w.mu_);
+      w.receiving_ = false;
+    }
+  } done{*this};
   sdk::FieldReader r(update_info, "update_info for backend 'nccl'");
   auto list = plugins::read_param_list(r);
   r.finish();
@@ -116,6 +124,9 @@ void NcclWorker::finish() {
 void NcclWorker::abort() {
   std::lock_guard<std::mutex> l(mu_);
   active_ = false;
+  // Mid-receive, the broadcast it waits in is interrupted (the group is then broken: the engine
+  // must be initialised again). Between updates the group stays as it is.
+  if (receiving_) group_->abort();
 }
 
 }  // namespace wt::nccl

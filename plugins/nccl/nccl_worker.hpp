@@ -26,8 +26,9 @@ class NcclWorker final : public sdk::WorkerBase {
   bool packed_ = false;
   int64_t buffer_bytes_ = int64_t{1} << 30;
   std::unique_ptr<plugins::BroadcastGroup> group_;
-  std::mutex mu_;  // active_: abort() may come from another thread
+  std::mutex mu_;  // active_, receiving_: abort() may come from another thread
   bool active_ = false;
+  bool receiving_ = false;  // a receive is in progress: abort() interrupts its broadcast
 };
 
 }  // namespace wt::nccl

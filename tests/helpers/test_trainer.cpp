@@ -2,6 +2,7 @@
 // model (support/model.hpp) to a receiver over HTTP for a number of rounds, perturbing it between
 // rounds, optionally as one rank of a multi-process trainer group, optionally from CUDA memory or
 // from a /dev/shm file.
+#include <wt/fan_out_client.hpp>
 #include <wt/gloo_trainer_group.hpp>
 #include <wt/http_client.hpp>
 #include <wt/wt.hpp>
@@ -11,13 +12,18 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #ifdef WT_TEST_WITH_CUDA
+#include <wt/sdk/cuda_driver.hpp>
+
 #include <cuda_runtime_api.h>
 #endif
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <thread>
 
 namespace {
@@ -62,16 +68,103 @@ class CountingClient : public wt::Client {
   wt::Client& inner_;
 };
 
+// Forwards a source; in round `round` it stops before yielding tensor `tensor` ("paused at
+// tensor K" printed), for `ms` milliseconds or for good, so a test can kill a peer mid-transfer.
+class PausingSource : public wt::WeightSource {
+ public:
+  PausingSource(wt::WeightSource& inner, int round, int tensor, int ms)
+      : inner_(inner), round_(round), tensor_(tensor), ms_(ms) {}
+  const std::vector<wt::ParamMeta>& metadata() override { return inner_.metadata(); }
+  void begin() override {
+    ++pass_;
+    index_ = 0;
+    inner_.begin();
+  }
+  bool next(wt_tensor& out) override {
+    if (pass_ == round_ && index_++ == tensor_) {
+      fmt::print("paused at tensor {}\n", tensor_);
+      std::fflush(stdout);
+      if (ms_ >= 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+      else
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+    }
+    return inner_.next(out);
+  }
+  void end() override { inner_.end(); }
+
+ private:
+  wt::WeightSource& inner_;
+  int round_, tensor_, ms_;
+  int pass_ = -1, index_ = 0;
+};
+
 #ifdef WT_TEST_WITH_CUDA
+// One allocation from the driver's virtual memory management (cuMemCreate + cuMemMap), as
+// PyTorch's expandable segments make: CUDA IPC handles cannot share it.
+class VmmAllocation {
+ public:
+  explicit VmmAllocation(std::size_t size) {
+    const auto& d = wt::sdk::cuda::driver();
+    auto fn = [&](auto& slot, const char* name) {
+      slot = d.entry<std::remove_reference_t<decltype(slot)>>(name);
+      if (slot == nullptr) throw std::runtime_error(std::string("the driver lacks ") + name);
+    };
+    fn(create_, "cuMemCreate"), fn(reserve_, "cuMemAddressReserve"), fn(map_, "cuMemMap"),
+        fn(access_, "cuMemSetAccess"), fn(granularity_, "cuMemGetAllocationGranularity"),
+        fn(unmap_, "cuMemUnmap"), fn(free_, "cuMemAddressFree"), fn(release_, "cuMemRelease");
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    std::size_t g = 0;
+    check(granularity_(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+          "cuMemGetAllocationGranularity");
+    size_ = (std::max<std::size_t>(size, 1) + g - 1) / g * g;
+    check(create_(&handle_, size_, &prop, 0), "cuMemCreate");
+    check(reserve_(&ptr_, size_, 0, 0, 0), "cuMemAddressReserve");
+    check(map_(ptr_, size_, 0, handle_, 0), "cuMemMap");
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(access_(ptr_, size_, &access, 1), "cuMemSetAccess");
+  }
+  ~VmmAllocation() {
+    unmap_(ptr_, size_);
+    free_(ptr_, size_);
+    release_(handle_);
+  }
+  void* data() const { return reinterpret_cast<void*>(ptr_); }
+
+ private:
+  static void check(CUresult r, const char* what) {
+    if (r != CUDA_SUCCESS)
+      throw std::runtime_error(std::string(what) + " failed: " + std::to_string(r));
+  }
+  PFN_cuMemCreate_v10020 create_{};
+  PFN_cuMemAddressReserve_v10020 reserve_{};
+  PFN_cuMemMap_v10020 map_{};
+  PFN_cuMemSetAccess_v10020 access_{};
+  PFN_cuMemGetAllocationGranularity_v10020 granularity_{};
+  PFN_cuMemUnmap_v10020 unmap_{};
+  PFN_cuMemAddressFree_v10020 free_{};
+  PFN_cuMemRelease_v10020 release_{};
+  CUmemGenericAllocationHandle handle_{};
+  CUdeviceptr ptr_ = 0;
+  std::size_t size_ = 0;
+};
+
 // The same model in CUDA memory, written afresh each pass: by default every tensor in its own
 // cudaMalloc allocation, written synchronously. one_allocation: all of them back to back in one
-// allocation, 2-byte aligned (one handle shared by many tensors at odd offsets). stream: written
-// with cudaMemcpyAsync on a non-blocking stream held back by a large memset queued before, so the
-// bytes are right only if the engine waits for that stream (SendOptions::stream).
+// allocation, 2-byte aligned (one handle shared by many tensors at odd offsets); vmm: the same in
+// a cuMemCreate allocation. stream: written with cudaMemcpyAsync on a non-blocking stream held
+// back by a large memset queued before, so the bytes are right only if the engine waits for that
+// stream (SendOptions::stream). Zero-element tensors have null data, as PyTorch gives them.
 class CudaSource : public wt::WeightSource {
  public:
-  CudaSource(wt::test::VectorSource& host, bool one_allocation, bool use_stream, bool pool)
-      : host_(host), one_allocation_(one_allocation), pool_(pool) {
+  CudaSource(wt::test::VectorSource& host, bool one_allocation, bool use_stream, bool pool,
+             bool vmm)
+      : host_(host), one_allocation_(one_allocation || vmm), pool_(pool), vmm_(vmm) {
     if (use_stream) {
       check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       check(cudaMalloc(&scratch_, kScratch), "cudaMalloc scratch");
@@ -90,7 +183,10 @@ class CudaSource : public wt::WeightSource {
     if (one_allocation_) {
       std::size_t total = 0;
       for (auto& t : host_.tensors()) total += (t.bytes.size() + 1) / 2 * 2;
-      check(cudaMalloc(&block_, total ? total : 1), "cudaMalloc");
+      if (vmm_)
+        block_ = (vmm_block_ = std::make_unique<VmmAllocation>(total))->data();
+      else
+        check(cudaMalloc(&block_, total ? total : 1), "cudaMalloc");
     }
     if (stream_) cudaMemsetAsync(scratch_, 0x5a, kScratch, stream_);  // holds the stream back
   }
@@ -98,6 +194,11 @@ class CudaSource : public wt::WeightSource {
     if (!host_.next(out)) return false;
     auto& t = host_.tensors()[count_++];
     void* d = nullptr;
+    if (t.bytes.empty()) {
+      out.tensor.data = nullptr;
+      out.tensor.device = {kDLCUDA, 0};
+      return true;
+    }
     if (one_allocation_) {
       d = static_cast<char*>(block_) + offset_;
       offset_ += (t.bytes.size() + 1) / 2 * 2;
@@ -131,13 +232,16 @@ class CudaSource : public wt::WeightSource {
     for (void* p : ptrs_) pool_ ? cudaFreeAsync(p, nullptr) : cudaFree(p);
     if (pool_) cudaStreamSynchronize(nullptr);
     ptrs_.clear();
-    if (block_) cudaFree(block_);
+    if (block_ && !vmm_) cudaFree(block_);
+    vmm_block_.reset();
     block_ = nullptr;
     offset_ = count_ = 0;
   }
   wt::test::VectorSource& host_;
   bool one_allocation_;
   bool pool_;
+  bool vmm_;
+  std::unique_ptr<VmmAllocation> vmm_block_;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   void* block_ = nullptr;
@@ -150,13 +254,17 @@ class CudaSource : public wt::WeightSource {
 
 int main(int argc, char** argv) {
   CLI::App app{"wt test trainer"};
-  std::string url, rendezvous;
+  std::vector<std::string> urls;
+  std::string rendezvous, backend = "ipc", extra_init_info;
   bool packed = false, cuda = false, in_shm = false, cuda_one_allocation = false,
-       cuda_stream = false, cuda_pool = false;
+       cuda_stream = false, cuda_pool = false, cuda_vmm = false, edge = false;
   int64_t buffer_bytes = 1 << 20;
   int rounds = 3, rank = 0, group_rank = 0, group_size = 1, layers = 40, width = 64, delay_ms = 0;
   uint32_t seed = 0;
-  app.add_option("--url", url)->required();
+  app.add_option("--url", urls, "a receiver; several: every call goes to all (FanOutClient)")
+      ->required();
+  app.add_option("--backend", backend);
+  app.add_option("--init-info", extra_init_info, "a JSON object of init-info fields to add");
   app.add_flag("--packed", packed);
   app.add_option("--buffer-bytes", buffer_bytes);
   app.add_option("--rounds", rounds);
@@ -175,6 +283,9 @@ int main(int argc, char** argv) {
                "with --cuda: tensors from cudaMallocAsync (not shareable)");
   app.add_flag("--cuda-stream", cuda_stream,
                "with --cuda: write the tensors on a held-back non-blocking stream, named to send");
+  app.add_flag("--cuda-vmm", cuda_vmm,
+               "with --cuda: every tensor in one cuMemCreate allocation (not shareable)");
+  app.add_flag("--edge-tensors", edge, "the model starts with bf16[3], f32[5] and empty tensors");
   app.add_flag("--weights-in-shm", in_shm, "keep the weights in a /dev/shm file");
   std::string pause_before;
   int pause_round = 0, pause_update = 0, pause_ms = -1, group_timeout_s = 30, http_timeout_s = 300;
@@ -183,28 +294,40 @@ int main(int argc, char** argv) {
   app.add_option("--pause-round", pause_round, "the round of --pause-before (0-based)");
   app.add_option("--pause-update", pause_update, "with update: before which update of the round");
   app.add_option("--pause-ms", pause_ms, "pause this long, then go on (default: forever)");
+  int pause_tensor = -1;
+  app.add_option("--pause-at-tensor", pause_tensor,
+                 "stop the source before yielding this tensor of round --pause-round (the engine "
+                 "is mid-transfer then), as --pause-before does");
   app.add_option("--group-timeout-s", group_timeout_s);
   app.add_option("--http-timeout-s", http_timeout_s);
   CLI11_PARSE(app, argc, argv);
   try {
     wt::test::VectorSource source;
-    wt::test::fill_model(source, layers, width, seed);
+    wt::test::fill_model(source, layers, width, seed, edge);
     wt::WeightSource* src = &source;
     std::unique_ptr<wt::test::ShmFileSource> shm_source;
     if (in_shm) src = (shm_source = std::make_unique<wt::test::ShmFileSource>(source)).get();
 #ifdef WT_TEST_WITH_CUDA
     std::unique_ptr<CudaSource> cuda_source;
     if (cuda)
-      src = (cuda_source =
-                 std::make_unique<CudaSource>(source, cuda_one_allocation, cuda_stream, cuda_pool))
+      src = (cuda_source = std::make_unique<CudaSource>(source, cuda_one_allocation, cuda_stream,
+                                                        cuda_pool, cuda_vmm))
                 .get();
 #else
     if (cuda) throw wt::Error(WT_ERR_UNSUPPORTED, "this helper was built without CUDA");
 #endif
     wt::HttpClient::Options hopts;
     hopts.timeout = std::chrono::seconds(http_timeout_s);
-    wt::HttpClient http(url, hopts);
-    CountingClient client(http);
+    std::vector<std::unique_ptr<wt::HttpClient>> https;
+    std::vector<wt::FanOutClient::Replica> replicas;
+    for (const auto& u : urls) {
+      https.push_back(std::make_unique<wt::HttpClient>(u, hopts));
+      replicas.push_back({https.back().get(), 1, u});
+    }
+    wt::FanOutClient fan_out(replicas);
+    CountingClient client(fan_out);
+    PausingSource pausing(*src, pause_round, pause_tensor, pause_ms);
+    if (pause_tensor >= 0) src = &pausing;
     client.pause_before = pause_before;
     client.pause_round = pause_round;
     client.pause_update = pause_update;
@@ -213,10 +336,12 @@ int main(int argc, char** argv) {
     if (group_size > 1)
       group = wt::make_gloo_trainer_group(group_rank, group_size, rendezvous,
                                           std::chrono::seconds(group_timeout_s));
-    auto info = wt::InitInfo::from_object({{"backend", "ipc"},
-                                           {"rank", rank},
-                                           {"packed", packed},
-                                           {"packed_buffer_size_bytes", buffer_bytes}});
+    nlohmann::json fields = {{"backend", backend},
+                             {"rank", rank},
+                             {"packed", packed},
+                             {"packed_buffer_size_bytes", buffer_bytes}};
+    if (!extra_init_info.empty()) fields.update(nlohmann::json::parse(extra_init_info));
+    auto info = wt::InitInfo::from_object(fields);
     auto engine = wt::trainer_init(info, client, src, group.get());
     for (int r = 0; r < rounds; ++r) {
       wt::SendOptions opts;
@@ -224,8 +349,10 @@ int main(int argc, char** argv) {
 #ifdef WT_TEST_WITH_CUDA
       if (cuda_source) opts.stream = cuda_source->stream();
 #endif
+      const auto t0 = std::chrono::steady_clock::now();
       engine->send_weights(opts);
-      fmt::print("round {} ok\n", r);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      fmt::print("round {} ok in {:.3f} s, {:.2f} GB/s\n", r, s, source.total_bytes() / s / 1e9);
       std::fflush(stdout);
       if (r + 1 < rounds) source.perturb(static_cast<uint32_t>(r));
       if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));

@@ -37,10 +37,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifndef WT_TEST_ABI
@@ -80,6 +83,7 @@ struct wt_trainer {
 struct wt_worker {
   std::string last_error;
   bool active = false;
+  std::atomic<bool> aborted{false};  // abort() may come from another thread
 };
 
 // What one receive() of the test worker delivers: float32 1-D tensors.
@@ -200,6 +204,7 @@ wt_status worker_create(const wt_worker_create_args*, wt_worker** out, char*, si
 }
 wt_status worker_start(wt_worker* w) {
   w->active = true;
+  w->aborted = false;
   return WT_OK;
 }
 wt_status worker_receive(wt_worker* w, const char* json, const wt_loader* loader) {
@@ -209,6 +214,11 @@ wt_status worker_receive(wt_worker* w, const char* json, const wt_loader* loader
   }
   return guard(w->last_error, [&] {
     auto j = wt::sdk::parse_json_text(json, "update_info");
+    // A transfer that never completes on its own: only abort() (from another thread) ends it.
+    if (j.contains("block_until_abort")) {
+      while (!w->aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      throw wt::sdk::Error(WT_ERR_ABORTED, "aborted while blocked in a transfer");
+    }
     char err[512] = {0};
     auto check = [&](wt_status st, const char* what) {
       if (st != WT_OK) wt::sdk::fail(st, "{}: {}", what, err);
@@ -287,6 +297,7 @@ wt_status worker_finish(wt_worker* w) {
   return WT_OK;
 }
 wt_status worker_abort(wt_worker* w) {
+  w->aborted = true;
   return worker_finish(w);
 }
 const char* worker_last_error(const wt_worker* w) {

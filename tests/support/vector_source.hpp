@@ -31,6 +31,11 @@ class VectorSource : public WeightSource {
     meta_.push_back({tensors_.back().name, dtype, tensors_.back().shape});
   }
   std::vector<OwnedTensor>& tensors() { return tensors_; }
+  std::size_t total_bytes() const {
+    std::size_t n = 0;
+    for (const auto& t : tensors_) n += t.bytes.size();
+    return n;
+  }
   // Flips bytes of a fraction of the tensors, as a training step would.
   void perturb(uint32_t seed) {
     std::mt19937 rng(seed);

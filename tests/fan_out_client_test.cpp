@@ -1,0 +1,113 @@
+// wt::FanOutClient: one trainer-side client over several receivers. Each replica gets its own
+// rank_offset; the calls reach all replicas at once (a collective's workers only answer once all
+// have joined); a failure names its replica and keeps its code.
+#include <wt/fan_out_client.hpp>
+
+#include "support/recording_client.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+namespace wt {
+namespace {
+
+TEST(FanOutClient, EachReplicaGetsItsOwnRankOffset) {
+  test::RecordingClient a, b, c;
+  FanOutClient fan({{&a, 2, "a"}, {&b, 1, "b"}, {&c, 4, "c"}});
+  EXPECT_EQ(fan.world_size(), 7);
+  fan.init_weight_transfer_engine(R"({"master_port": 29500, "rank_offset": 1, "world_size": 8})");
+  auto offset = [](const test::RecordingClient& r) {
+    return nlohmann::json::parse(r.calls().at(0).payload).at("rank_offset").get<int>();
+  };
+  EXPECT_EQ(offset(a), 1);
+  EXPECT_EQ(offset(b), 3);
+  EXPECT_EQ(offset(c), 4);
+  EXPECT_EQ(nlohmann::json::parse(c.calls().at(0).payload).at("master_port"), 29500);
+}
+
+TEST(FanOutClient, InitInfoWithoutRankOffsetIsSentAsItIs) {
+  test::RecordingClient a, b;
+  FanOutClient fan({{&a, 1, "a"}, {&b, 1, "b"}});
+  const std::string text = R"({"packed":true,  "x": [1, 2]})";
+  fan.init_weight_transfer_engine(text);
+  EXPECT_EQ(a.calls().at(0).payload, text);
+  EXPECT_EQ(b.calls().at(0).payload, text);
+}
+
+// Each replica's call blocks until every replica's call has arrived, as workers joining one
+// group do: called one after another, this would never finish (the barrier gives up after 5 s).
+class BarrierClient : public test::RecordingClient {
+ public:
+  BarrierClient(std::mutex& mu, std::condition_variable& cv, int& arrived, int expected)
+      : mu_(mu), cv_(cv), arrived_(arrived), expected_(expected) {}
+  void update_weights(std::string_view j) override {
+    test::RecordingClient::update_weights(j);
+    std::unique_lock<std::mutex> l(mu_);
+    ++arrived_;
+    cv_.notify_all();
+    if (!cv_.wait_for(l, std::chrono::seconds(5), [&] { return arrived_ == expected_; }))
+      throw Error(WT_ERR_TIMEOUT, "the other replicas never arrived");
+  }
+
+ private:
+  std::mutex& mu_;
+  std::condition_variable& cv_;
+  int& arrived_;
+  int expected_;
+};
+
+TEST(FanOutClient, CallsReachEveryReplicaAtOnce) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  BarrierClient a(mu, cv, arrived, 3), b(mu, cv, arrived, 3), c(mu, cv, arrived, 3);
+  FanOutClient fan({{&a, 1, "a"}, {&b, 1, "b"}, {&c, 1, "c"}});
+  fan.update_weights(R"({"names": []})");
+  EXPECT_EQ(arrived, 3);
+}
+
+TEST(FanOutClient, AFailureNamesItsReplicaAndEveryReplicaWasCalled) {
+  test::RecordingClient a, b;
+  b.fail_next("start", "a weight update is already active");
+  FanOutClient fan({{&a, 1, "http://a:8000"}, {&b, 1, "http://b:8000"}});
+  try {
+    fan.start_weight_update();
+    FAIL() << "a replica's refusal was lost";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_REMOTE);
+    EXPECT_EQ(std::string(e.what()),
+              "receiver 2 of 2 (http://b:8000): a weight update is already active");
+  }
+  EXPECT_THAT(a.methods(), ElementsAre("start"));
+  EXPECT_THAT(b.methods(), ElementsAre("start"));
+}
+
+TEST(FanOutClient, OneReplicaKeepsItsOwnWords) {
+  test::RecordingClient a;
+  a.fail_next("finish", "no weight update is active");
+  FanOutClient fan({{&a, 1, "a"}});
+  try {
+    fan.finish_weight_update("v1");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "no weight update is active");
+  }
+}
+
+TEST(FanOutClient, BadReplicasAreRefused) {
+  test::RecordingClient a;
+  EXPECT_THROW(FanOutClient({}), Error);
+  EXPECT_THROW(FanOutClient({{nullptr, 1, "x"}}), Error);
+  EXPECT_THROW(FanOutClient({{&a, 0, "x"}}), Error);
+}
+
+}  // namespace
+}  // namespace wt

@@ -1,0 +1,126 @@
+// The nccl backend across real processes on CPU (Gloo): a trainer process (wt_test_trainer
+// --backend nccl) and two `wt serve` receivers, world size 3, each receiver its own rank through
+// the trainer's fan-out client. A peer killed with SIGKILL mid-transfer makes every other side fail
+// within the transfer deadline, naming the phase; nothing is left behind, and a fresh trainer_init
+// syncs both receivers again.
+#include <wt/http_client.hpp>
+
+#include "subprocess.hpp"
+#include "support/free_port.hpp"
+#include "support/model.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <iostream>
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace wt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kTransferS = 3;  // every broadcast's deadline, on every side
+
+struct Served {
+  std::unique_ptr<cli::Child> process;
+  std::string url;
+};
+
+Served serve() {
+  const json config = {
+      {"backend", "nccl"}, {"rendezvous_timeout_s", 20}, {"transfer_timeout_s", kTransferS}};
+  auto [child, url] = cli::start_server(WT_CLI_PATH, {"--weight-transfer-config", config.dump()});
+  return {std::move(child), url};
+}
+
+std::vector<std::string> trainer(const std::vector<Served*>& receivers, int port, int rounds,
+                                 std::vector<std::string> extra = {}) {
+  const json init = {{"master_address", "127.0.0.1"},
+                     {"master_port", port},
+                     {"world_size", 1 + static_cast<int>(receivers.size())},
+                     {"rendezvous_timeout_s", 20},
+                     {"transfer_timeout_s", kTransferS}};
+  std::vector<std::string> argv{WT_TEST_TRAINER_PATH,  "--backend", "nccl",
+                                "--init-info",         init.dump(), "--rounds",
+                                std::to_string(rounds)};
+  for (auto* r : receivers) argv.insert(argv.end(), {"--url", r->url});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+class NcclProcesses : public ::testing::TestWithParam<bool> {};
+
+TEST_P(NcclProcesses, ATrainerAndTwoReceiversSyncByteExact) {
+  Served a = serve(), b = serve();
+  std::vector<std::string> extra;
+  if (GetParam()) extra = {"--packed", "--buffer-bytes", "65536"};
+  cli::Child t(trainer({&a, &b}, test::free_port(), 3, extra));
+  ASSERT_EQ(t.wait(), 0) << t.output() << a.process->output() << b.process->output();
+  const auto expected = test::expected_after(3, 40, 64, 0);
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), expected);
+  EXPECT_EQ(HttpClient(b.url).weight_checksums(), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, NcclProcesses, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "Packed" : "Unpacked"; });
+
+// Round 1 stops for 2 s after 100 tensors were broadcast (the receivers wait for the 101st):
+// receiver 2 is killed then. The trainer's next broadcast fails within the deadline naming it,
+// receiver 1's update fails too, and it keeps round 0's weights. A fresh trainer and a fresh
+// receiver 2 then sync both.
+TEST(NcclProcessFaults, AReceiverKilledMidTransferFailsTheTrainerWithinItsDeadline) {
+  Served a = serve(), b = serve();
+  cli::Child t(trainer({&a, &b}, test::free_port(), 2,
+                       {"--pause-at-tensor", "100", "--pause-round", "1", "--pause-ms", "2000"}));
+  ASSERT_TRUE(t.wait_for("paused at tensor 100", 60s)) << t.output();
+  b.process->kill(SIGKILL);
+  b.process->wait();
+  const auto killed = Clock::now();
+  EXPECT_NE(t.wait(), 0) << t.output();
+  EXPECT_LT(Clock::now() - killed, 2s + 4 * std::chrono::seconds(kTransferS)) << t.output();
+  EXPECT_THAT(t.output(), ContainsRegex("broadcast of '[^']+'"));
+  EXPECT_THAT(t.output(), HasSubstr("round 0 ok"));
+  std::cout << "the trainer, after receiver 2 was killed:\n" << t.output();
+  ASSERT_TRUE(
+      a.process->wait_for("receive failed: broadcast of '", 4 * std::chrono::seconds(kTransferS)))
+      << a.process->output();
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(1, 40, 64, 0))
+      << "receiver 1 keeps the last finished round";
+
+  Served c = serve();
+  cli::Child again(trainer({&a, &c}, test::free_port(), 1));
+  ASSERT_EQ(again.wait(), 0) << again.output() << a.process->output() << c.process->output();
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(1, 40, 64, 0));
+  EXPECT_EQ(HttpClient(c.url).weight_checksums(), test::expected_after(1, 40, 64, 0));
+}
+
+// The trainer is killed while both receivers wait inside round 0's broadcasts: each receiver's
+// update fails within the deadline naming the broadcast, each stays up with no weights committed,
+// and a fresh trainer syncs both.
+TEST(NcclProcessFaults, ATrainerKilledMidTransferFailsBothReceiversWithinTheDeadline) {
+  Served a = serve(), b = serve();
+  cli::Child t(trainer({&a, &b}, test::free_port(), 1, {"--pause-at-tensor", "100"}));
+  ASSERT_TRUE(t.wait_for("paused at tensor 100", 60s)) << t.output();
+  t.kill(SIGKILL);
+  t.wait();
+  for (auto* r : {&a, &b}) {
+    ASSERT_TRUE(
+        r->process->wait_for("receive failed: broadcast of '", 4 * std::chrono::seconds(kTransferS)))
+        << r->process->output();
+    EXPECT_TRUE(HttpClient(r->url).weight_checksums().empty());
+  }
+  cli::Child again(trainer({&a, &b}, test::free_port(), 2));
+  ASSERT_EQ(again.wait(), 0) << again.output() << a.process->output() << b.process->output();
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(2, 40, 64, 0));
+  EXPECT_EQ(HttpClient(b.url).weight_checksums(), test::expected_after(2, 40, 64, 0));
+}
+
+}  // namespace
+}  // namespace wt
