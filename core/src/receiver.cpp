@@ -91,8 +91,19 @@ void Receiver::wait_for_device_copies() {
 }
 
 void Receiver::discard_staged() {
-  wait_for_device_copies();  // a slot becomes a spare only when no copy still writes into it
-  for (auto& [name, t] : staged_) spare_[name] = std::move(t);
+  // A slot becomes a spare only when no copy still writes into it. If the device cannot say
+  // (a sticky error), the slots are dropped instead of reused; the error that led here stands.
+  bool reusable = true;
+  try {
+    wait_for_device_copies();
+  } catch (const std::exception& e) {
+    logger()->warn("receiver: waiting for device copies: {}; staged memory not reused", e.what());
+    reusable = false;
+  }
+  if (reusable)
+    for (auto& [name, t] : staged_) spare_[name] = std::move(t);
+  else
+    for (auto& [name, t] : staged_) t.data.release();  // leaked, not freed under a pending copy
   staged_.clear();
 }
 
@@ -166,6 +177,7 @@ class Receiver::RoundLoader final : public Loader {
   }
 
   void load_patches(std::span<const wt_sparse_patch> patches) override {
+    r_.wait_for_device_copies();  // a patch lands on top of what this round already copied
     std::map<std::string, detail::PatchTarget> targets;
     auto current = [&](const std::string& name) -> const Tensor* {
       if (auto s = r_.staged_.find(name); s != r_.staged_.end()) return &s->second;

@@ -3,35 +3,28 @@
 // the nccl and sparse_nccl backends (compiled into each, plugins/common).
 #pragma once
 
+#include "communicator.hpp"
 #include "tcp_store.hpp"
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <atomic>
-#include <mutex>
-
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace wt::plugins {
 
-class BroadcastGroup {
+class BroadcastGroup final : public Communicator {
  public:
-  struct Options {
-    std::string master_address;
-    int master_port = 0;
-    int rank = 0;
-    int world_size = 0;
-    std::chrono::milliseconds rendezvous_timeout{60'000};
-    std::chrono::milliseconds transfer_timeout{300'000};
-  };
+  using Options = CommunicatorOptions;
   // Blocks until every rank joined; throws sdk::Error (WT_ERR_TIMEOUT naming the rendezvous and
   // the ranks expected, WT_ERR_SYSTEM when the store cannot listen).
   explicit BroadcastGroup(const Options& options);
-  ~BroadcastGroup();
+  ~BroadcastGroup() override;
   BroadcastGroup(const BroadcastGroup&) = delete;
   BroadcastGroup& operator=(const BroadcastGroup&) = delete;
 
@@ -39,14 +32,18 @@ class BroadcastGroup {
   // A peer that dies or stalls fails it (WT_ERR_TIMEOUT / WT_ERR_REMOTE) naming `what`; the group
   // is then broken for good (broken() is true) and must be made again.
   void broadcast(void* data, std::size_t bytes, int root, const std::string& what);
+  void broadcast(void* data, std::size_t bytes, DLDataType, int root,
+                 const std::string& what) override {
+    broadcast(data, bytes, root, what);
+  }
   // From any thread: the broadcast in progress, if any, stops waiting and fails with
   // WT_ERR_ABORTED, as does every later one; the group is broken. Gloo has no abort of its own:
   // this interrupts the wait the broadcast is in (in a group of a sender and workers that receive,
   // its only one); a further wait of a deeper broadcast tree still ends at the transfer deadline.
   // The destination memory is never written after the broadcast returned: the buffer Gloo would
   // write through is gone with it.
-  void abort();
-  bool broken() const { return broken_; }
+  void abort() override;
+  bool broken() const override { return broken_; }
   int rank() const { return options_.rank; }
   int size() const { return options_.world_size; }
 

@@ -16,14 +16,27 @@ struct RendezvousFields {
   int64_t world_size = 0;
   int64_t rank = 0;
 
-  // Reads and validates the four fields; errors name the field.
-  static RendezvousFields read(sdk::FieldReader& r) {
+  // Reads and validates the four fields; errors name the field. Without `need_address` (NCCL's
+  // unique-id mode has no store to meet at) master_address and master_port may be left out.
+  static RendezvousFields read(sdk::FieldReader& r, bool need_address = true) {
     RendezvousFields f;
+    if (!need_address && !r.has("master_address") && !r.has("master_port")) {
+      f.world_size = r.get_int("world_size");
+      f.rank = r.get_int("rank");
+      f.check(r, false);
+      return f;
+    }
     f.master_address = r.get_string("master_address");
     f.master_port = r.get_int("master_port");
     f.world_size = r.get_int("world_size");
     f.rank = r.get_int("rank");
-    if (f.master_port < 1 || f.master_port > 65535)
+    f.check(r, true);
+    return f;
+  }
+
+  void check(const sdk::FieldReader& r, bool with_address) const {
+    const auto& f = *this;
+    if (with_address && (f.master_port < 1 || f.master_port > 65535))
       sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'master_port' must be in 1..65535, got {}", r.what(),
                       f.master_port);
@@ -35,14 +48,15 @@ struct RendezvousFields {
     if (f.rank < 0)
       sdk::fail_field("rank", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'rank' must be >= 0, got {}", r.what(), f.rank);
-    return f;
   }
 
   nlohmann::json to_json() const {
-    return {{"master_address", master_address},
-            {"master_port", master_port},
-            {"world_size", world_size},
-            {"rank", rank}};
+    nlohmann::json j = {{"world_size", world_size}, {"rank", rank}};
+    if (!master_address.empty()) {
+      j["master_address"] = master_address;
+      j["master_port"] = master_port;
+    }
+    return j;
   }
 };
 

@@ -59,6 +59,10 @@ int device_of(const void* ptr) {
   const auto p = reinterpret_cast<CUdeviceptr>(ptr);
   unsigned int type = 0;
   CUresult r = driver().PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {  // a thread that never used CUDA: ask from a context
+    DeviceGuard guard(0);
+    r = driver().PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+  }
   if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && type != CU_MEMORYTYPE_DEVICE))
     fail(WT_ERR_INVALID_ARGUMENT, "pointer {} is not CUDA device memory", ptr);
   check(r, "cuPointerGetAttribute(MEMORY_TYPE)");
@@ -85,9 +89,17 @@ std::optional<Exported> try_export_pointer(const void* ptr) {
   size_t size = 0;
   check(driver().MemGetAddressRange(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)),
         "cuMemGetAddressRange");
+  // Pool (cudaMallocAsync) and VMM (cuMemCreate) memory is not for CUDA IPC handles: staged.
+  int capable = 1;
+  if (driver().PointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                   reinterpret_cast<CUdeviceptr>(ptr)) == CUDA_SUCCESS &&
+      capable == 0)
+    return std::nullopt;
   CUipcMemHandle h{};
   CUresult r = driver().IpcGetMemHandle(&h, base);
-  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) return std::nullopt;
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED ||
+      r == CUDA_ERROR_NOT_PERMITTED)
+    return std::nullopt;
   check(r, "cuIpcGetMemHandle");
   Exported e;
   e.handle_b64 = base64_encode(&h, sizeof h);

@@ -18,6 +18,8 @@
 // Never pickle: vLLM's ipc_handles_pickled is refused.
 #pragma once
 
+#include <wt/sdk/base64.hpp>
+
 #include <wt/tensor.hpp>
 
 #include <nlohmann/json.hpp>
@@ -59,7 +61,7 @@ Handle select_handle(const nlohmann::json& handle_map, const std::string& key,
 nlohmann::json describe(const std::vector<ParamMeta>& params);
 
 // Base64 (RFC 4648, standard alphabet) for CUDA handles.
-std::string base64_encode(const void* data, std::size_t n);
-std::string base64_decode(const std::string& text, const std::string& what);
+using sdk::base64_decode;
+using sdk::base64_encode;
 
 }  // namespace wt::ipc

@@ -147,6 +147,12 @@ void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
       w.receiving_ = false;
       if (w.release_after_receive_) {
         w.release_after_receive_ = false;
+        // A load that failed midway may have queued copies out of the mappings: they finish
+        // before any handle is closed.
+        if (w.device_.device_type == kDLCUDA) try {
+            cuda::wait_for(w.stream_, w.device_.device_id);
+          } catch (...) {
+          }
         w.cuda_.clear();
       }
     }

@@ -1,5 +1,5 @@
-// libwt_nccl.so — dense broadcast from trainer rank 0 to every worker. Host memory travels over
-// Gloo (this version); CUDA memory over NCCL is not in it yet, and both engines say so.
+// libwt_nccl.so — dense broadcast from trainer rank 0 to every worker: host memory over Gloo, CUDA
+// memory over NCCL (vLLM's unique-id mode; libnccl found at run time). docs/nccl.md.
 #include "nccl_init_info.hpp"
 #include "nccl_trainer.hpp"
 #include "nccl_worker.hpp"
@@ -17,10 +17,16 @@ std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt::sdk::WorkerContext& c
   return std::make_unique<wt::nccl::NcclWorker>(context, init);
 }
 
+#ifdef WT_PLUGIN_WITH_CUDA
+constexpr uint32_t kCudaMemory = WT_CAP_CUDA_MEMORY;  // over NCCL, when libnccl is found
+#else
+constexpr uint32_t kCudaMemory = 0;
+#endif
+
 constexpr wt::sdk::PluginDefinition kDefinition{
     WT_PLUGIN_BACKEND,
     WT_PLUGIN_VERSION,
-    WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY | WT_CAP_PACKED,
+    WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY | WT_CAP_PACKED | kCudaMemory,
     &wt::nccl::NcclInitInfo::parse,
     &make_trainer,
     &make_worker};

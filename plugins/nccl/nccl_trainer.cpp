@@ -1,5 +1,8 @@
 #include "nccl_trainer.hpp"
 
+#include "../common/broadcast_group.hpp"
+#include "../common/broadcast_pipeline.hpp"
+#include "../common/nccl_communicator.hpp"
 #include "../common/param_list.hpp"
 #include "packed_chunks.hpp"
 
@@ -7,6 +10,7 @@
 #include <wt/sdk/tensor_layout.hpp>
 
 #include <cstring>
+#include <optional>
 
 namespace wt::nccl {
 
@@ -18,8 +22,11 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return nlohmann::json(s).dump();
 }
 
-// The tensor iteration yields must be the one metadata() declared, item for item (reference §5.5).
-void check_against(const ParamMeta& declared, const wt_tensor& t, std::size_t i) {
+constexpr DLDataType kBytes{kDLUInt, 8, 1};
+
+// The tensor iteration yields must be the one metadata() declared, item for item (reference §5.5),
+// in the memory this engine's transport moves.
+void check_against(const ParamMeta& declared, const wt_tensor& t, std::size_t i, int cuda_device) {
   const DLTensor& d = t.tensor;
   std::vector<int64_t> shape(d.shape, d.shape + d.ndim);
   if ((t.name ? declared.name != t.name : true) || !(declared.dtype == d.dtype) ||
@@ -29,35 +36,56 @@ void check_against(const ParamMeta& declared, const wt_tensor& t, std::size_t i)
          "'{}' {} {}",
          i, declared.name, torch_name(declared.dtype), shape_text(declared.shape),
          t.name ? t.name : "", torch_name(d.dtype), shape_text(shape));
-  if (d.device.device_type == kDLCUDA)
-    fail(WT_ERR_UNSUPPORTED,
-         "tensor '{}' is in CUDA memory: this nccl backend moves host memory (over Gloo); the "
-         "NCCL path for CUDA memory is not in this version",
-         declared.name);
+  if (cuda_device < 0 && d.device.device_type == kDLCUDA)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "tensor '{}' is in CUDA memory, but this nccl engine moves host memory (device \"cpu\"); "
+         "set the init info's device to \"cuda:{}\"",
+         declared.name, d.device.device_id);
+  if (cuda_device >= 0 && (d.device.device_type != kDLCUDA || d.device.device_id != cuda_device))
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "tensor '{}' is not on cuda:{}, the device this nccl engine was made for", declared.name,
+         cuda_device);
 }
 
 }  // namespace
 
-NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo& info)
+NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo& info,
+                         plugins::CommunicatorFactory make_communicator)
     : log_(context.host, "[nccl] "),
       info_(info),
+      cuda_device_(info.cuda_device()),
       client_(context.client),
       source_(context.source),
       sender_(info.rendezvous.rank == 0) {
   if (!source_.valid()) fail(WT_ERR_INVALID_ARGUMENT, "the nccl backend requires a weight source");
   if (!sender_) return;  // no endpoint, no RPC
-  plugins::BroadcastGroup::Options o;
+  plugins::CommunicatorOptions o;
   o.master_address = info.rendezvous.master_address;
   o.master_port = static_cast<int>(info.rendezvous.master_port);
   o.rank = 0;
   o.world_size = static_cast<int>(info.rendezvous.world_size);
   o.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
   o.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
+  std::optional<std::string> unique_id;
+  if (!make_communicator && cuda_device_ < 0) {
+    make_communicator = [](const plugins::CommunicatorOptions& opts) {
+      return std::make_unique<plugins::BroadcastGroup>(opts);
+    };
+  } else if (!make_communicator) {
+    unique_id = plugins::NcclCommunicator::unique_id_b64();  // vLLM's unique-id mode
+    make_communicator = [id = *unique_id,
+                         dev = cuda_device_](const plugins::CommunicatorOptions& opts) {
+      return std::make_unique<plugins::NcclCommunicator>(
+          id, 0, opts.world_size, dev, opts.rendezvous_timeout, opts.transfer_timeout);
+    };
+  }
   // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
-  auto rpc = std::make_unique<plugins::AsyncRpc>(
-      [this, text = info.worker_init_info().dump()] { client_.init_weight_transfer_engine(text); });
+  auto rpc =
+      std::make_unique<plugins::AsyncRpc>([this, text = info.worker_init_info(unique_id).dump()] {
+        client_.init_weight_transfer_engine(text);
+      });
   try {
-    group_ = std::make_unique<plugins::BroadcastGroup>(o);
+    group_ = make_communicator(o);
   } catch (const sdk::Error& e) {
     // An inference-side refusal says more than "the workers never came": prefer it.
     if (rpc->done()) rpc->wait(aborted_);
@@ -65,8 +93,7 @@ NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo&
     throw;
   }
   rpc->wait(aborted_);
-  log_.debug("trainer ready: group of {} formed at {}:{}", o.world_size, o.master_address,
-             o.master_port);
+  log_.debug("trainer ready: group of {} formed ({})", o.world_size, info.device);
 }
 
 NcclTrainer::~NcclTrainer() = default;
@@ -100,6 +127,8 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
     // A refusal that already arrived fails the round before broadcasting to a peer that will
     // never come (reference §5.4, step 4).
     if (rpc->done()) rpc->wait(aborted_);
+    // CUDA: the producer's kernels are done before NCCL reads (its stream, or the whole device).
+    if (cuda_device_ >= 0) plugins::wait_stream(cuda_device_, args.stream);
     broadcast_round(pass, meta);
     rpc->wait(aborted_);
   } catch (...) {
@@ -112,6 +141,25 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
     throw;
   }
   client_.finish_weight_update(args.weight_version);
+}
+
+unsigned char* NcclTrainer::packed_buffer(std::size_t slot, uint64_t bytes) {
+  if (cuda_device_ < 0) {
+    if (host_buffers_.size() <= slot) host_buffers_.resize(slot + 1);
+    if (host_buffers_[slot].size() < bytes) host_buffers_[slot].resize(bytes);
+    return host_buffers_[slot].data();
+  }
+  if (device_buffers_.size() <= slot) device_buffers_.resize(slot + 1);
+  if (device_buffers_[slot].size() < bytes)
+    device_buffers_[slot] = plugins::DeviceBytes(cuda_device_, bytes);
+  return device_buffers_[slot].data();
+}
+
+void NcclTrainer::copy_in(unsigned char* dst, const unsigned char* src, std::size_t n) {
+  if (cuda_device_ < 0)
+    std::memcpy(dst, src, n);
+  else  // on the collectives' stream: ordered before the chunk's broadcast
+    plugins::copy_async(cuda_device_, dst, src, n, group_->stream());
 }
 
 void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<ParamMeta>& meta) {
@@ -128,9 +176,12 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
   const auto chunks =
       info_.packed ? packed_chunks(sizes, static_cast<uint64_t>(info_.packed_buffer_size_bytes))
                    : std::vector<Chunk>{};
+  const std::size_t slots = static_cast<std::size_t>(info_.packed_num_buffers);
+  std::optional<plugins::BroadcastPipeline> pipeline;
+  if (info_.packed) pipeline.emplace(*group_, slots);
   std::size_t chunk = 0;
   uint64_t used = 0;
-  std::vector<unsigned char> contiguous;  // a non-compact tensor, made compact
+  unsigned char* buffer = nullptr;
   wt_tensor t{};
   std::size_t i = 0;
   for (; pass.next(&t); ++i) {
@@ -140,28 +191,36 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
            "WeightSource yielded more parameters than metadata() declared ({}); first extra is "
            "'{}'",
            meta.size(), t.name ? t.name : "");
-    check_against(meta[i], t, i);
+    check_against(meta[i], t, i, cuda_device_);
     const auto* src = static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset;
     if (!is_compact(t.tensor)) {
-      contiguous.resize(sizes[i]);
-      copy_to_contiguous(contiguous.data(), t.tensor, sizes[i]);
-      src = contiguous.data();
+      if (cuda_device_ >= 0)
+        fail(WT_ERR_INVALID_ARGUMENT,
+             "tensor '{}' is a strided view of CUDA memory: make it contiguous before sending",
+             meta[i].name);
+      contiguous_.resize(sizes[i]);
+      copy_to_contiguous(contiguous_.data(), t.tensor, sizes[i]);
+      src = contiguous_.data();
     }
     collective_started_ = true;
     if (!info_.packed) {
-      group_->broadcast(const_cast<unsigned char*>(src), sizes[i], 0,
+      group_->broadcast(const_cast<unsigned char*>(src), sizes[i], meta[i].dtype, 0,
                         "broadcast of '" + meta[i].name + "'");
       continue;
     }
-    if (packed_.size() < chunks[chunk].bytes) packed_.resize(chunks[chunk].bytes);
-    std::memcpy(packed_.data() + used, src, sizes[i]);
+    if (buffer == nullptr) {  // a chunk begins: its buffer's previous broadcast is done first
+      pipeline->wait(chunk % slots);
+      buffer = packed_buffer(chunk % slots, chunks[chunk].bytes);
+    }
+    copy_in(buffer + used, src, sizes[i]);
     used += sizes[i];
     if (i + 1 == chunks[chunk].last) {
-      group_->broadcast(packed_.data(), used, 0,
-                        "broadcast of packed chunk " + std::to_string(chunk + 1) + " of " +
-                            std::to_string(chunks.size()));
+      pipeline->submit(chunk % slots, buffer, used, kBytes,
+                       "broadcast of packed chunk " + std::to_string(chunk + 1) + " of " +
+                           std::to_string(chunks.size()));
       ++chunk;
       used = 0;
+      buffer = nullptr;
     }
   }
   if (i < meta.size())
@@ -169,6 +228,7 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
          "WeightSource yielded {} parameters but metadata() declared {}; the worker is waiting for "
          "the rest",
          i, meta.size());
+  if (pipeline) pipeline->drain();
 }
 
 }  // namespace wt::nccl

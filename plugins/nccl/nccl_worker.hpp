@@ -1,31 +1,50 @@
-// The nccl worker engine, host memory over Gloo: joins the group at init (rank_offset, from the
-// worker init info the sender shipped), then per update receives every tensor the update names,
-// straight into the receiver's memory where the loader offers a destination (unpacked), or through
-// the rotating packed chunks, and hands each tensor over before receive returns.
+// The nccl worker engine: joins the domain at init (rank_offset, from the worker init info the
+// sender shipped): host memory over Gloo (master_address/master_port) for a CPU worker, CUDA
+// memory over NCCL (nccl_unique_id_b64) for a CUDA one. Per update it receives every tensor the
+// update names, straight into the receiver's memory where the loader offers a destination
+// (unpacked), or through the rotating packed chunks (receiving the next overlaps handing over the
+// previous), and hands each tensor over before receive returns.
 #pragma once
 
-#include "../common/broadcast_group.hpp"
+#include "../common/communicator.hpp"
+#include "../common/device_bytes.hpp"
 
 #include <wt/sdk/plugin.hpp>
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace wt::nccl {
 
 class NcclWorker final : public sdk::WorkerBase {
  public:
-  NcclWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info);
+  // make_communicator: empty: Gloo or NCCL, by the device and the init info (tests pass a spy).
+  NcclWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
+             plugins::CommunicatorFactory make_communicator = {});
   void start() override;
   void receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) override;
   void finish() override;
   void abort() override;
 
+  bool packed() const { return packed_; }
+  int64_t buffer_bytes() const { return buffer_bytes_; }
+  int64_t num_buffers() const { return num_buffers_; }
+
  private:
+  unsigned char* chunk_buffer(std::size_t slot, uint64_t bytes);
+  // CUDA: the consumer's copies out of our memory are done (the model's stream).
+  void wait_for_consumer();
+
   sdk::HostLog log_;
+  DLDevice device_{kDLCPU, 0};
+  void* stream_ = nullptr;  // the model's stream (CUDA)
   bool packed_ = false;
   int64_t buffer_bytes_ = int64_t{1} << 30;
-  std::unique_ptr<plugins::BroadcastGroup> group_;
+  int64_t num_buffers_ = 2;
+  std::unique_ptr<plugins::Communicator> group_;
+  std::vector<std::vector<unsigned char>> host_buffers_;
+  std::vector<plugins::DeviceBytes> device_buffers_;
   std::mutex mu_;  // active_, receiving_: abort() may come from another thread
   bool active_ = false;
   bool receiving_ = false;  // a receive is in progress: abort() interrupts its broadcast

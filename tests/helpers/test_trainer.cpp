@@ -105,6 +105,7 @@ class PausingSource : public wt::WeightSource {
 class VmmAllocation {
  public:
   explicit VmmAllocation(std::size_t size) {
+    cudaFree(nullptr);  // the runtime makes device 0's primary context current on this thread
     const auto& d = wt::sdk::cuda::driver();
     auto fn = [&](auto& slot, const char* name) {
       slot = d.entry<std::remove_reference_t<decltype(slot)>>(name);
@@ -158,7 +159,8 @@ class VmmAllocation {
 // cudaMalloc allocation, written synchronously. one_allocation: all of them back to back in one
 // allocation, 2-byte aligned (one handle shared by many tensors at odd offsets); vmm: the same in
 // a cuMemCreate allocation. stream: written with cudaMemcpyAsync on a non-blocking stream held
-// back by a large memset queued before, so the bytes are right only if the engine waits for that
+// back 300 ms by a host function queued first, so the bytes are right only if the engine waits for
+// that
 // stream (SendOptions::stream). Zero-element tensors have null data, as PyTorch gives them.
 class CudaSource : public wt::WeightSource {
  public:
@@ -188,7 +190,13 @@ class CudaSource : public wt::WeightSource {
       else
         check(cudaMalloc(&block_, total ? total : 1), "cudaMalloc");
     }
-    if (stream_) cudaMemsetAsync(scratch_, 0x5a, kScratch, stream_);  // holds the stream back
+    if (stream_) {  // holds the stream back 300 ms: the copies queued after it land that late
+      cudaMemsetAsync(scratch_, 0x5a, kScratch, stream_);
+      check(cudaLaunchHostFunc(
+                stream_, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); },
+                nullptr),
+            "cudaLaunchHostFunc");
+    }
   }
   bool next(wt_tensor& out) override {
     if (!host_.next(out)) return false;

@@ -1,0 +1,47 @@
+// What the nccl backends need of a broadcast domain: one-to-all broadcasts, each with a deadline,
+// and an abort from any thread. Gloo moves host memory (broadcast_group), NCCL moves CUDA memory
+// (nccl_communicator); unit tests put a spy in their place to count and inspect collectives.
+// Shared by the nccl and sparse_nccl backends (compiled into each, plugins/common).
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace wt::plugins {
+
+struct CommunicatorOptions {
+  std::string master_address;  // the rendezvous (Gloo: the store rank 0 hosts)
+  int master_port = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::chrono::milliseconds rendezvous_timeout{60'000};
+  std::chrono::milliseconds transfer_timeout{300'000};
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  // Broadcasts `bytes` bytes at `data` from `root` to every rank, within the transfer deadline.
+  // `dtype` is what the bytes hold (NCCL broadcasts typed elements, as vLLM's peers expect; Gloo
+  // moves bytes). A peer that dies or stalls fails it (WT_ERR_TIMEOUT / WT_ERR_REMOTE) naming
+  // `what`; the domain is then broken for good and must be made again.
+  virtual void broadcast(void* data, std::size_t bytes, DLDataType dtype, int root,
+                         const std::string& what) = 0;
+  // From any thread: the broadcast in progress fails with WT_ERR_ABORTED, as does every later one.
+  virtual void abort() = 0;
+  virtual bool broken() const = 0;
+  // The CUDA stream its collectives run on (NCCL), or nullptr (host memory): copies queued there
+  // before a broadcast are ordered before it.
+  virtual void* stream() const { return nullptr; }
+};
+
+// Makes the domain for these options (blocking until every rank joined).
+using CommunicatorFactory =
+    std::function<std::unique_ptr<Communicator>(const CommunicatorOptions&)>;
+
+}  // namespace wt::plugins

@@ -1,0 +1,51 @@
+// A broadcast domain over NCCL, for CUDA memory, in vLLM's unique-id mode: rank 0 mints the id
+// (unique_id_b64), the sender ships it to the workers in their init info, and every rank creates
+// its communicator from it, then performs the one-element float32 SUM all-reduce warm-up every
+// vLLM worker performs (a peer that skips it deadlocks everyone).
+//
+// libnccl is resolved at run time (dlopen "libnccl.so.2", or $WT_NCCL_LIBRARY), and CUDA through
+// the driver API (wt/sdk/cuda_driver.hpp): a plugin with this code loads, and its host path
+// works, on a machine without NCCL or a GPU; the CUDA path then fails with WT_ERR_UNSUPPORTED
+// saying which is missing.
+//
+// No wait is unbounded: the communicator is non-blocking, and each operation is polled against
+// its deadline (creation: the rendezvous deadline; a broadcast: the transfer deadline). Past it,
+// or on abort() from any thread, the communicator is aborted (ncclCommAbort) and broken for good.
+#pragma once
+
+#include "communicator.hpp"
+
+#include <memory>
+#include <string>
+
+namespace wt::plugins {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Mints a unique id: standard base64 of its 128 bytes.
+  static std::string unique_id_b64();
+  // Decodes and checks one from an init info (standard base64, 128 bytes), naming `field`.
+  static std::string decode_unique_id(const std::string& b64, const std::string& field);
+
+  // Joins the domain as `rank` of `world_size` on CUDA device `device`, then the warm-up.
+  NcclCommunicator(const std::string& unique_id_b64, int rank, int world_size, int device,
+                   std::chrono::milliseconds rendezvous_timeout,
+                   std::chrono::milliseconds transfer_timeout);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  // `data` is CUDA memory on this communicator's device.
+  void broadcast(void* data, std::size_t bytes, DLDataType dtype, int root,
+                 const std::string& what) override;
+  void abort() override;
+  bool broken() const override;
+  // The stream every collective runs on (a CUstream): consumers of received bytes order after it.
+  void* stream() const override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace wt::plugins
