@@ -1,5 +1,8 @@
 #include "launch_trainer.hpp"
 
+#include "device_option.hpp"
+#include "device_source.hpp"
+
 #include <wt/checksum.hpp>
 #include <wt/fan_out_client.hpp>
 #include <wt/gloo_trainer_group.hpp>
@@ -125,12 +128,20 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       group = make_gloo_trainer_group(
           args.rank, cfg.trainer_ranks, args.rendezvous_dir,
           std::chrono::milliseconds(static_cast<int64_t>(cfg.group_timeout_s * 1000)));
+    // A backend told to move CUDA memory (init_info.device: cuda:N) gets the checkpoint there.
+    WeightSource* send_from = &source;
+    std::unique_ptr<WeightSource> device_source;
+    if (auto d = cfg.init_info.find("device");
+        d != cfg.init_info.end() && d->is_string() && d->get<std::string>() != "cpu")
+      send_from = (device_source =
+                       make_device_source(source, parse_device(d->get<std::string>()).device_id))
+                      .get();
     auto fields = init_info_for(cfg, world_sizes);
     fields["backend"] = cfg.backend;
     fields["rank"] = args.rank;
     auto t0 = Clock::now();
     auto engine =
-        trainer_init(InitInfo::from_object(fields, cfg.file), client, &source, group.get());
+        trainer_init(InitInfo::from_object(fields, cfg.file), client, send_from, group.get());
     if (args.rank == 0)
       emit({{"event", "init"},
             {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},

@@ -32,13 +32,15 @@ std::string write_config(const std::string& name, const std::string& text) {
   return p.string();
 }
 
-// The CPU configs (those with an embedded receiver) shipped in configs/.
+// The CPU configs (those with an embedded receiver and no CUDA device) shipped in configs/.
 std::vector<std::string> cpu_configs() {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(fs::path(WT_SOURCE_DIR) / "configs")) {
     std::ifstream f(e.path());
     std::string text((std::istreambuf_iterator<char>(f)), {});
-    if (text.find("embedded: false") == std::string::npos) out.push_back(e.path().string());
+    if (text.find("embedded: false") == std::string::npos &&
+        text.find("device: cuda") == std::string::npos)
+      out.push_back(e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;

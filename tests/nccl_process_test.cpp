@@ -4,6 +4,9 @@
 // within the transfer deadline, naming the phase; nothing is left behind, and a fresh trainer_init
 // syncs both receivers again.
 #include <wt/http_client.hpp>
+#ifdef WT_TEST_WITH_CUDA
+#include <wt/sdk/cuda_driver.hpp>
+#endif
 
 #include "subprocess.hpp"
 #include "support/free_port.hpp"
@@ -111,8 +114,8 @@ TEST(NcclProcessFaults, ATrainerKilledMidTransferFailsBothReceiversWithinTheDead
   t.kill(SIGKILL);
   t.wait();
   for (auto* r : {&a, &b}) {
-    ASSERT_TRUE(
-        r->process->wait_for("receive failed: broadcast of '", 4 * std::chrono::seconds(kTransferS)))
+    ASSERT_TRUE(r->process->wait_for("receive failed: broadcast of '",
+                                     4 * std::chrono::seconds(kTransferS)))
         << r->process->output();
     EXPECT_TRUE(HttpClient(r->url).weight_checksums().empty());
   }
@@ -120,6 +123,38 @@ TEST(NcclProcessFaults, ATrainerKilledMidTransferFailsBothReceiversWithinTheDead
   ASSERT_EQ(again.wait(), 0) << again.output() << a.process->output() << b.process->output();
   EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(2, 40, 64, 0));
   EXPECT_EQ(HttpClient(b.url).weight_checksums(), test::expected_after(2, 40, 64, 0));
+}
+
+// The CUDA path resolves libnccl at run time: without it the plugin still loads (its host path
+// works, as every test above shows) and a CUDA trainer is refused with the reason, naming the
+// library and how to point at it, before any call reaches the receiver.
+TEST(NcclCuda, WithoutLibncclACudaTrainerIsRefusedSayingWhy) {
+  const json init = {{"device", "cuda:0"}, {"world_size", 2}, {"rendezvous_timeout_s", 5}};
+  cli::Child t({WT_TEST_TRAINER_PATH, "--backend", "nccl", "--init-info", init.dump(), "--url",
+                "http://127.0.0.1:9", "--rounds", "1"},
+               {"WT_NCCL_LIBRARY=/nonexistent/libnccl.so.2"});
+  EXPECT_NE(t.wait(), 0);
+  EXPECT_THAT(t.output(), HasSubstr("NCCL is not available here: /nonexistent/libnccl.so.2 could "
+                                    "not be loaded"));
+  EXPECT_THAT(t.output(), HasSubstr("set WT_NCCL_LIBRARY"));
+}
+
+// The CUDA path end to end: configs/nccl_cuda.yaml (trainer on cuda:0, receiver on cuda:1; NCCL
+// takes one GPU per rank). Skips unless two GPUs are present.
+TEST(NcclCuda, TwoGpusSyncVerifiedThroughWtLaunch) {
+  int gpus = 0;
+#ifdef WT_TEST_WITH_CUDA
+  try {
+    gpus = sdk::cuda::device_count();
+  } catch (const sdk::Error&) {
+  }
+#endif
+  if (gpus < 2) GTEST_SKIP() << "needs 2 CUDA devices, found " << gpus;
+  cli::Child launch({WT_CLI_PATH, "launch", std::string(WT_SOURCE_DIR) + "/configs/nccl_cuda.yaml"},
+                    {"WT_CACHE_DIR=" + std::string(WT_BUILD_DIR) + "/cache"});
+  ASSERT_EQ(launch.wait(), 0) << launch.output();
+  std::cout << launch.output();
+  EXPECT_THAT(launch.output(), HasSubstr("OK: every round verified"));
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ class VectorSource : public WeightSource {
   }
 
   const std::vector<ParamMeta>& metadata() override { return meta_; }
+  const ParamMeta& metadata_of(std::size_t i) const { return meta_.at(i); }
   void begin() override {
     next_ = 0;
     ++passes_;
