@@ -31,6 +31,7 @@ namespace {
 
 // What each broadcast moved.
 struct Broadcast {
+  const void* at;
   std::size_t bytes;
   DLDataType dtype;
   std::string what;
@@ -43,7 +44,7 @@ class SpyCommunicator : public plugins::Communicator {
   void broadcast(void* data, std::size_t bytes, DLDataType dtype, int,
                  const std::string& what) override {
     auto* p = static_cast<unsigned char*>(data);
-    log_->push_back({bytes, dtype, what, std::vector<unsigned char>(p, p + bytes)});
+    log_->push_back({data, bytes, dtype, what, std::vector<unsigned char>(p, p + bytes)});
   }
   void abort() override {}
   bool broken() const override { return false; }
@@ -141,6 +142,46 @@ TEST(NcclTrainerSpy, PackedRoundsBroadcastVllmsChunksAsBytes) {
     sent.insert(sent.end(), (*spy.log)[c].data.begin(), (*spy.log)[c].data.end());
   }
   EXPECT_EQ(sent, all) << "every byte, in order, through the rotating buffers";
+}
+
+// Tensors back to back in one buffer (a checkpoint mapped from one file): each chunk is broadcast
+// straight from the source's memory, not packed; the bytes are the same.
+TEST(NcclTrainerSpy, ChunksLyingBackToBackInTheSourceAreBroadcastWithoutPacking) {
+  struct Flat : WeightSource {
+    std::vector<unsigned char> bytes = std::vector<unsigned char>(10 * 1000);
+    int64_t shape[1] = {250};
+    std::vector<ParamMeta> meta;
+    std::size_t i = 0;
+    Flat() {
+      for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<unsigned char>(k * 7);
+      for (int k = 0; k < 10; ++k)
+        meta.push_back({"t" + std::to_string(k), {kDLFloat, 32, 1}, {250}});
+    }
+    const std::vector<ParamMeta>& metadata() override { return meta; }
+    void begin() override { i = 0; }
+    bool next(wt_tensor& out) override {
+      if (i == meta.size()) return false;
+      out.name = meta[i].name.c_str();
+      out.tensor =
+          DLTensor{bytes.data() + 1000 * i, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, nullptr, 0};
+      ++i;
+      return true;
+    }
+    void end() override {}
+  } source;
+  test::RecordingClient client;
+  Spy spy;
+  nccl::NcclTrainer trainer(context(client, &source), info(0, true, 2500), spy.factory());
+  trainer.send_weights({});
+  ASSERT_EQ(spy.log->size(), 4u) << "chunks of 3, 3, 3 and 1 tensors (each closes past 2500 B)";
+  std::vector<unsigned char> sent;
+  for (const auto& b : *spy.log) {
+    EXPECT_GE(b.at, static_cast<const void*>(source.bytes.data()));
+    EXPECT_LT(b.at, static_cast<const void*>(source.bytes.data() + source.bytes.size()))
+        << "broadcast from the source's memory";
+    sent.insert(sent.end(), b.data.begin(), b.data.end());
+  }
+  EXPECT_EQ(sent, source.bytes);
 }
 
 TEST(NcclTrainerSpy, ANonSenderRankMakesNoCallsAndNoDomainAndOnlyIterates) {

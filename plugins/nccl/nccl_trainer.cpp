@@ -179,9 +179,15 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
   const std::size_t slots = static_cast<std::size_t>(info_.packed_num_buffers);
   std::optional<plugins::BroadcastPipeline> pipeline;
   if (info_.packed) pipeline.emplace(*group_, slots);
-  std::size_t chunk = 0;
+  std::size_t chunk = 0, direct_chunks = 0;
   uint64_t used = 0;
-  unsigned char* buffer = nullptr;
+  unsigned char* buffer = nullptr;        // the chunk's packing buffer, once needed
+  const unsigned char* direct = nullptr;  // the chunk's bytes in the source, while adjacent
+  // A chunk's buffer, once its previous broadcast is done.
+  auto chunk_buffer = [&](std::size_t c) {
+    pipeline->wait(c % slots);
+    return packed_buffer(c % slots, chunks[c].bytes);
+  };
   wt_tensor t{};
   std::size_t i = 0;
   for (; pass.next(&t); ++i) {
@@ -208,19 +214,35 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
                         "broadcast of '" + meta[i].name + "'");
       continue;
     }
-    if (buffer == nullptr) {  // a chunk begins: its buffer's previous broadcast is done first
-      pipeline->wait(chunk % slots);
-      buffer = packed_buffer(chunk % slots, chunks[chunk].bytes);
+    // A chunk whose tensors lie back to back in the source's memory (a checkpoint mapped from
+    // one file, one flat parameter buffer) is broadcast from there, without packing it: the
+    // source keeps its tensors valid until the pass ends, after the last broadcast. Otherwise
+    // the tensors seen so far are packed into the chunk's buffer, and the rest as they come.
+    const bool starts = used == 0;
+    const bool adjacent =
+        is_compact(t.tensor) && (starts || (direct != nullptr && src == direct + used));
+    if (starts && adjacent) direct = src;
+    if (!adjacent && direct != nullptr) {  // the run broke: pack what it covered
+      buffer = chunk_buffer(chunk);
+      copy_in(buffer, direct, used);
+      direct = nullptr;
     }
-    copy_in(buffer + used, src, sizes[i]);
+    if (direct == nullptr) {
+      if (buffer == nullptr) buffer = chunk_buffer(chunk);
+      copy_in(buffer + used, src, sizes[i]);
+    }
     used += sizes[i];
     if (i + 1 == chunks[chunk].last) {
-      pipeline->submit(chunk % slots, buffer, used, kBytes,
+      pipeline->submit(chunk % slots,
+                       direct != nullptr ? const_cast<unsigned char*>(direct) : buffer, used,
+                       kBytes,
                        "broadcast of packed chunk " + std::to_string(chunk + 1) + " of " +
                            std::to_string(chunks.size()));
+      direct_chunks += direct != nullptr;
       ++chunk;
       used = 0;
       buffer = nullptr;
+      direct = nullptr;
     }
   }
   if (i < meta.size())
@@ -228,7 +250,11 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
          "WeightSource yielded {} parameters but metadata() declared {}; the worker is waiting for "
          "the rest",
          i, meta.size());
-  if (pipeline) pipeline->drain();
+  if (pipeline) {
+    pipeline->drain();
+    log_.debug("round: {} of {} packed chunk(s) broadcast from the source's memory", direct_chunks,
+               chunks.size());
+  }
 }
 
 }  // namespace wt::nccl
