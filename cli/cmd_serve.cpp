@@ -8,6 +8,7 @@
 #include <wt/json_parse.hpp>
 #include <wt/receiver.hpp>
 #include <wt/registry.hpp>
+#include <wt/safetensors.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -36,6 +37,7 @@ Run add_serve_command(CLI::App& app) {
     std::size_t max_body_mb = 256;
     std::string device = "cpu";
     unsigned load_threads = 0;
+    std::vector<std::string> checkpoint;
     std::vector<std::string> plugin_dirs;
   };
   auto o = std::make_shared<Opts>();
@@ -51,6 +53,9 @@ Run add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device", o->device, "Where the worker engine maps weights: cpu or cuda:N")
       ->capture_default_str();
+  cmd->add_option("--load-checkpoint", o->checkpoint,
+                  "Start from these weights (safetensors files or directories), as an inference "
+                  "server starts from its checkpoint: what delta patches apply to");
   cmd->add_option("--load-threads", o->load_threads,
                   "Threads copying received host tensors into place (0: one per core, at most 8)")
       ->capture_default_str();
@@ -95,6 +100,12 @@ Run add_serve_command(CLI::App& app) {
     ropts.load_threads = o->load_threads;
     ropts.backend_options = std::move(backend_options);
     Receiver receiver(ropts);
+    if (!o->checkpoint.empty()) {
+      SafetensorsSource base(o->checkpoint);
+      receiver.load_base(base);
+      fmt::print("wt serve: loaded {} tensors ({} bytes) from the checkpoint\n", base.size(),
+                 base.total_bytes());
+    }
 
     HttpServer::Options sopts;
     sopts.host = o->host;

@@ -235,6 +235,31 @@ void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
                  text.substr(0, 512), text.size() > 512 ? "..." : "");
 }
 
+void Receiver::load_base(WeightSource& source) {
+  std::lock_guard<std::mutex> l(session_mu_);
+  if (active_)
+    throw Error(WT_ERR_STATE, "a weight update is active: the base weights load before any round");
+  std::vector<wt_tensor> tensors;
+  source.begin();
+  struct End {
+    WeightSource& s;
+    ~End() { s.end(); }
+  } end{source};
+  wt_tensor t{};
+  while (source.next(t)) {
+    if (t.tensor.device.device_type != kDLCPU)
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("base tensor '{}' is not in host memory", t.name ? t.name : ""));
+    tensors.push_back(t);
+  }
+  discard_staged();
+  load(tensors);  // into staged_, as a round does
+  std::lock_guard<std::mutex> state(state_mu_);
+  for (auto& [name, tensor] : staged_) committed_[name] = std::move(tensor);
+  staged_.clear();
+  version_ = "base";
+}
+
 void Receiver::start_weight_update() {
   std::lock_guard<std::mutex> l(session_mu_);
   if (!engine_)

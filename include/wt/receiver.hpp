@@ -9,6 +9,7 @@
 #pragma once
 
 #include <wt/engine.hpp>
+#include <wt/weight_source.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -88,6 +89,11 @@ class Receiver {
   // staged is dropped and the session ends (the next start is accepted). The committed weights stay
   // as they were.
   void end_weight_update(const std::string& reason);
+
+  // Commits every tensor of `source` (host memory) as the weights before any round, as an
+  // inference server starts from its checkpoint: what delta patches then apply to. Refused while a
+  // session is active. Weight version "base".
+  void load_base(WeightSource& source);
 
   const std::string& backend() const { return options_.backend; }
   unsigned load_threads() const { return load_threads_; }

@@ -50,6 +50,22 @@ struct RendezvousFields {
                       "invalid {}: field 'rank' must be >= 0, got {}", r.what(), f.rank);
   }
 
+  // The optional `device` field: "cpu" (host memory over Gloo, the default) or "cuda:N" (CUDA
+  // memory over NCCL on device N).
+  static std::string read_device(sdk::FieldReader& r) {
+    std::string d = r.opt_string("device", "cpu");
+    if (d != "cpu" && !(d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() < 9 &&
+                        d.find_first_not_of("0123456789", 5) == std::string::npos))
+      sdk::fail_field("device", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'device' must be \"cpu\" or \"cuda:N\", got \"{}\"",
+                      r.what(), d);
+    return d;
+  }
+  // -1 for "cpu", else N of "cuda:N" (as read_device checked it).
+  static int cuda_device(const std::string& device) {
+    return device == "cpu" ? -1 : std::stoi(device.substr(5));
+  }
+
   nlohmann::json to_json() const {
     nlohmann::json j = {{"world_size", world_size}, {"rank", rank}};
     if (!master_address.empty()) {

@@ -32,7 +32,7 @@ struct NcclInitInfo final : sdk::InitInfoBase {
   int64_t transfer_timeout_s = 300;
 
   // -1: host memory; otherwise the CUDA device.
-  int cuda_device() const { return device == "cpu" ? -1 : std::stoi(device.substr(5)); }
+  int cuda_device() const { return plugins::RendezvousFields::cuda_device(device); }
 
   nlohmann::json to_json() const override {
     auto j = rendezvous.to_json();
@@ -65,15 +65,7 @@ struct NcclInitInfo final : sdk::InitInfoBase {
   static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {
     sdk::FieldReader r(fields, "init_info for backend 'nccl'");
     auto info = std::make_unique<NcclInitInfo>();
-    info->device = r.opt_string("device", "cpu");
-    bool device_ok = info->device == "cpu";
-    if (info->device.rfind("cuda:", 0) == 0 && info->device.size() > 5 && info->device.size() < 9 &&
-        info->device.find_first_not_of("0123456789", 5) == std::string::npos)
-      device_ok = true;
-    if (!device_ok)
-      sdk::fail_field("device", WT_ERR_INVALID_ARGUMENT,
-                      "invalid {}: field 'device' must be \"cpu\" or \"cuda:N\", got \"{}\"",
-                      r.what(), info->device);
+    info->device = plugins::RendezvousFields::read_device(r);
     info->rendezvous = plugins::RendezvousFields::read(r, info->device == "cpu");
     info->packed = r.opt_bool("packed", true);
     info->packed_buffer_size_bytes =

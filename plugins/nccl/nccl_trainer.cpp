@@ -1,8 +1,7 @@
 #include "nccl_trainer.hpp"
 
-#include "../common/broadcast_group.hpp"
 #include "../common/broadcast_pipeline.hpp"
-#include "../common/nccl_communicator.hpp"
+#include "../common/domains.hpp"
 #include "../common/param_list.hpp"
 #include "packed_chunks.hpp"
 
@@ -59,41 +58,15 @@ NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo&
       sender_(info.rendezvous.rank == 0) {
   if (!source_.valid()) fail(WT_ERR_INVALID_ARGUMENT, "the nccl backend requires a weight source");
   if (!sender_) return;  // no endpoint, no RPC
-  plugins::CommunicatorOptions o;
-  o.master_address = info.rendezvous.master_address;
-  o.master_port = static_cast<int>(info.rendezvous.master_port);
-  o.rank = 0;
-  o.world_size = static_cast<int>(info.rendezvous.world_size);
-  o.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
-  o.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
-  std::optional<std::string> unique_id;
-  if (!make_communicator && cuda_device_ < 0) {
-    make_communicator = [](const plugins::CommunicatorOptions& opts) {
-      return std::make_unique<plugins::BroadcastGroup>(opts);
-    };
-  } else if (!make_communicator) {
-    unique_id = plugins::NcclCommunicator::unique_id_b64();  // vLLM's unique-id mode
-    make_communicator = [id = *unique_id,
-                         dev = cuda_device_](const plugins::CommunicatorOptions& opts) {
-      return std::make_unique<plugins::NcclCommunicator>(
-          id, 0, opts.world_size, dev, opts.rendezvous_timeout, opts.transfer_timeout);
-    };
-  }
-  // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
-  auto rpc =
-      std::make_unique<plugins::AsyncRpc>([this, text = info.worker_init_info(unique_id).dump()] {
-        client_.init_weight_transfer_engine(text);
-      });
-  try {
-    group_ = make_communicator(o);
-  } catch (const sdk::Error& e) {
-    // An inference-side refusal says more than "the workers never came": prefer it.
-    if (rpc->done()) rpc->wait(aborted_);
-    parked_.push_back(std::move(rpc));
-    throw;
-  }
-  rpc->wait(aborted_);
-  log_.debug("trainer ready: group of {} formed ({})", o.world_size, info.device);
+  plugins::SenderDomain domain;
+  domain.rendezvous = info.rendezvous;
+  domain.cuda_device = cuda_device_;
+  domain.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
+  domain.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
+  group_ = plugins::open_sender_domain(
+      domain, client_, [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
+      std::move(make_communicator), parked_, aborted_);
+  log_.debug("trainer ready: group of {} formed ({})", info.rendezvous.world_size, info.device);
 }
 
 NcclTrainer::~NcclTrainer() = default;

@@ -1,8 +1,7 @@
 #include "nccl_worker.hpp"
 
-#include "../common/broadcast_group.hpp"
 #include "../common/broadcast_pipeline.hpp"
-#include "../common/nccl_communicator.hpp"
+#include "../common/domains.hpp"
 #include "../common/param_list.hpp"
 #include "packed_chunks.hpp"
 
@@ -15,74 +14,18 @@ using sdk::fail;
 
 namespace {
 constexpr DLDataType kBytes{kDLUInt, 8, 1};
-constexpr const char* kWhat = "init_info for backend 'nccl' (worker)";
 }  // namespace
 
 NcclWorker::NcclWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
                        plugins::CommunicatorFactory make_communicator)
     : log_(context.host, "[nccl] "), device_(context.device), stream_(context.stream) {
-  if (device_.device_type != kDLCPU && device_.device_type != kDLCUDA)
-    fail(WT_ERR_UNSUPPORTED, "the nccl worker moves host or CUDA memory, not device type {}",
-         static_cast<int>(device_.device_type));
-  const bool cuda = device_.device_type == kDLCUDA;
-  sdk::FieldReader r(init_info, kWhat);
-  plugins::CommunicatorOptions o;
-  std::string unique_id;
-  // vLLM's rendezvous modes: an address and port (Gloo here), or an NCCL unique id; not both.
-  const bool has_id = r.has("nccl_unique_id_b64");
-  const bool has_address = r.has("master_address") || r.has("master_port");
-  if (has_id && has_address)
-    fail(WT_ERR_INVALID_ARGUMENT,
-         "invalid {}: pass nccl_unique_id_b64 OR master_address/master_port, not both", kWhat);
-  if (has_id) {
-    unique_id = r.get_string("nccl_unique_id_b64");
-    plugins::NcclCommunicator::decode_unique_id(unique_id, "nccl_unique_id_b64");
-  } else {
-    o.master_address = r.get_string("master_address");
-    o.master_port = static_cast<int>(r.get_int("master_port"));
-  }
-  const int64_t rank_offset = r.get_int("rank_offset");
-  o.world_size = static_cast<int>(r.get_int("world_size"));
-  packed_ = r.opt_bool("packed", false);
-  buffer_bytes_ = r.opt_int("packed_buffer_size_bytes", buffer_bytes_);
-  num_buffers_ = r.opt_int("packed_num_buffers", 2);
-  r.finish();
-  if (rank_offset < 1 || rank_offset >= o.world_size)
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: rank_offset {} is not in 1..{}", kWhat, rank_offset,
-         o.world_size - 1);
-  if (buffer_bytes_ <= 0)
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_buffer_size_bytes must be > 0", kWhat);
-  if (num_buffers_ < 1 || num_buffers_ > 64)
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_num_buffers must be in 1..64", kWhat);
-  // Receiver-side options: the deadlines (the wire carries only vLLM's keys).
-  sdk::FieldReader b(context.backend_options, "backend options for backend 'nccl' (worker)");
-  o.rendezvous_timeout = std::chrono::seconds(b.opt_int("rendezvous_timeout_s", 60));
-  o.transfer_timeout = std::chrono::seconds(b.opt_int("transfer_timeout_s", 300));
-  b.finish();
-  o.rank = static_cast<int>(rank_offset);  // one worker per receiver
-  if (!make_communicator) {
-    if (cuda && !has_id)
-      fail(WT_ERR_INVALID_ARGUMENT,
-           "a CUDA nccl worker needs nccl_unique_id_b64 in its init info (the trainer sends it "
-           "when its init info says device \"cuda:N\"); master_address/master_port is the host "
-           "memory path");
-    if (!cuda && has_id)
-      fail(WT_ERR_INVALID_ARGUMENT,
-           "this nccl worker keeps weights in host memory (over Gloo), but the trainer sent an "
-           "NCCL unique id (its device is CUDA): run the receiver on a CUDA device");
-    if (cuda)
-      make_communicator = [&unique_id, dev = device_.device_id](const auto& opts) {
-        return std::make_unique<plugins::NcclCommunicator>(unique_id, opts.rank, opts.world_size,
-                                                           dev, opts.rendezvous_timeout,
-                                                           opts.transfer_timeout);
-      };
-    else
-      make_communicator = [](const auto& opts) {
-        return std::make_unique<plugins::BroadcastGroup>(opts);
-      };
-  }
-  group_ = make_communicator(o);
-  log_.debug("worker ready: rank {} of {}, packed={}", o.rank, o.world_size, packed_);
+  const auto init = plugins::read_worker_init(context, init_info, "nccl");
+  packed_ = init.packed;
+  buffer_bytes_ = init.buffer_bytes;
+  num_buffers_ = init.num_buffers;
+  group_ = plugins::join_worker_domain(init, device_, std::move(make_communicator));
+  log_.debug("worker ready: rank {} of {}, packed={}", init.options.rank, init.options.world_size,
+             packed_);
 }
 
 void NcclWorker::start() {

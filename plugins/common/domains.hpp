@@ -1,0 +1,64 @@
+// Making the broadcast domain, as the nccl and sparse_nccl engines both do (compiled into each).
+//
+// Sender (trainer rank 0): host memory gets a Gloo group meeting at the store it hosts at
+// master_address:master_port; CUDA memory an NCCL communicator from a unique id it mints (vLLM's
+// unique-id mode). The worker init info goes out through init_weight_transfer_engine on a side
+// thread meanwhile: the workers join from inside that call. A refusal from the inference side that
+// already arrived is reported rather than "the workers never came".
+//
+// Worker: the init info the sender shipped names the mode (address and port, or
+// nccl_unique_id_b64, never both) and the wire parameters; the deadlines are receiver-side backend
+// options, because the wire carries vLLM's keys only.
+#pragma once
+
+#include "async_rpc.hpp"
+#include "communicator.hpp"
+#include "rendezvous_fields.hpp"
+
+#include <wt/sdk/plugin.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wt::plugins {
+
+struct SenderDomain {
+  RendezvousFields rendezvous;
+  int cuda_device = -1;  // -1: host memory
+  std::chrono::seconds rendezvous_timeout{60};
+  std::chrono::seconds transfer_timeout{300};
+};
+
+// The worker init info to ship, given the unique id of a CUDA domain (none for host memory).
+using WorkerInitInfo = std::function<nlohmann::json(const std::optional<std::string>& unique_id)>;
+
+// make: empty for Gloo or NCCL by the device (tests pass a spy). RPC threads of a failed join go
+// to `parked` (never joined on the error path).
+std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk::ClientRef client,
+                                                 const WorkerInitInfo& worker_init_info,
+                                                 CommunicatorFactory make,
+                                                 std::vector<std::unique_ptr<AsyncRpc>>& parked,
+                                                 const std::atomic<bool>& aborted);
+
+struct WorkerInit {
+  CommunicatorOptions options;  // rank = rank_offset: one worker per receiver
+  std::string unique_id;        // base64; empty: address and port (host memory)
+  bool packed = false;          // vLLM's worker default
+  int64_t buffer_bytes = int64_t{1} << 30;
+  int64_t num_buffers = 2;
+};
+
+// Reads and checks a worker init info and the receiver-side options; errors name the field.
+WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::json& init_info,
+                            const std::string& backend);
+
+// Joins: NCCL on a CUDA device (needs the unique id), Gloo on the CPU (needs address and port);
+// the other way round is refused with the reason. make: empty for those (tests pass a spy).
+std::unique_ptr<Communicator> join_worker_domain(const WorkerInit& init, DLDevice device,
+                                                 CommunicatorFactory make);
+
+}  // namespace wt::plugins

@@ -1,0 +1,105 @@
+#include "sparse_trainer.hpp"
+
+#include "../common/device_bytes.hpp"
+#include "../common/domains.hpp"
+#include "patch_rules.hpp"
+
+#include <wt/dtype.hpp>
+
+namespace wt::sparse {
+
+using sdk::fail;
+
+namespace {
+
+void read_device(int device, void* dst, const void* src, std::size_t n) {
+  plugins::copy_async(device, dst, src, n, nullptr);
+  plugins::wait_stream(device, nullptr);
+}
+
+}  // namespace
+
+SparseTrainer::SparseTrainer(const sdk::TrainerContext& context, const SparseInitInfo& info,
+                             plugins::CommunicatorFactory make_communicator)
+    : log_(context.host, "[sparse_nccl] "),
+      info_(info),
+      client_(context.client),
+      sender_(info.rendezvous.rank == 0) {
+  if (context.source.valid())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "sparse_nccl takes no WeightSource: each round's patches are what send_weights sends");
+  if (!sender_) return;
+  plugins::SenderDomain domain;
+  domain.rendezvous = info.rendezvous;
+  domain.cuda_device = info.cuda_device();
+  domain.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
+  domain.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
+  group_ = plugins::open_sender_domain(
+      domain, client_, [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
+      std::move(make_communicator), parked_, aborted_);
+}
+
+SparseTrainer::~SparseTrainer() = default;
+
+void SparseTrainer::abort() {
+  aborted_ = true;
+  std::lock_guard<std::mutex> l(group_mu_);
+  if (group_) group_->abort();
+}
+
+void SparseTrainer::send_weights(const sdk::SendArgs& args) {
+  if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
+  if (!sender_ || args.patches.empty()) return;  // nothing at all: no RPC, no collective
+  const auto& patches = args.patches;
+  const CheckedRound round = check_round(patches, &read_device);
+  if (round.cuda_device != info_.cuda_device())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "the patches are in {} memory, but this engine moves {} (init info device \"{}\")",
+         round.cuda_device < 0 ? "host" : "CUDA", info_.cuda_device() < 0 ? "host" : "CUDA",
+         info_.device);
+  if (group_ == nullptr || group_->broken())
+    fail(WT_ERR_STATE,
+         "the sparse_nccl group broke in an earlier round; create the trainer engine again");
+  nlohmann::json update = {{"names", nlohmann::json::array()},
+                           {"dtype_names", nlohmann::json::array()},
+                           {"shapes", nlohmann::json::array()},
+                           {"num_updates_list", nlohmann::json::array()}};
+  for (const auto& p : patches) {
+    update["names"].push_back(p.name);
+    update["dtype_names"].push_back(torch_name(p.values.dtype));
+    update["shapes"].push_back(std::vector<int64_t>(p.full_shape, p.full_shape + p.full_ndim));
+    update["num_updates_list"].push_back(p.indices.shape[0]);
+  }
+  client_.start_weight_update();
+  bool started = false;
+  auto rpc = std::make_unique<plugins::AsyncRpc>(
+      [this, text = update.dump()] { client_.update_weights(text); });
+  try {
+    if (rpc->done()) rpc->wait(aborted_);  // a refusal that already arrived: no collective
+    if (round.cuda_device >= 0) plugins::wait_stream(round.cuda_device, args.stream);
+    for (const auto& p : patches) {
+      if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
+      const auto n = static_cast<std::size_t>(p.indices.shape[0]);
+      started = true;
+      group_->broadcast(static_cast<unsigned char*>(p.indices.data) + p.indices.byte_offset, 4 * n,
+                        p.indices.dtype, 0,
+                        "broadcast of the indices of '" + std::string(p.name) + "'");
+      group_->broadcast(static_cast<unsigned char*>(p.values.data) + p.values.byte_offset,
+                        element_size(p.values.dtype) * n, p.values.dtype, 0,
+                        "broadcast of the values of '" + std::string(p.name) + "'");
+    }
+    rpc->wait(aborted_);
+  } catch (...) {
+    parked_.push_back(std::move(rpc));
+    if (started) {
+      std::lock_guard<std::mutex> l(group_mu_);
+      group_.reset();
+    }
+    throw;
+  }
+  client_.finish_weight_update(args.weight_version);
+  // The broadcasts are done with the patches' memory (each waited for its stream): the caller may
+  // free or rebuild them now.
+}
+
+}  // namespace wt::sparse

@@ -1,0 +1,41 @@
+// The sparse_nccl trainer engine: no weight source (the host refuses one); each round's patches
+// are the input of send_weights. The sender checks the whole round first (patch_rules), then, if
+// it holds any patch: start, update_weights on a side thread (names, dtype_names, full shapes,
+// num_updates_list) while, per patch, the indices and then the values are broadcast, and finish
+// once both succeeded; then it waits for the broadcasts' memory to be released, so the caller may
+// free the patches at once. An empty round does nothing at all; other trainer ranks do nothing.
+#pragma once
+
+#include "../common/async_rpc.hpp"
+#include "../common/communicator.hpp"
+#include "sparse_init_info.hpp"
+
+#include <wt/sdk/plugin.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace wt::sparse {
+
+class SparseTrainer final : public sdk::TrainerBase {
+ public:
+  SparseTrainer(const sdk::TrainerContext& context, const SparseInitInfo& info,
+                plugins::CommunicatorFactory make_communicator = {});
+  ~SparseTrainer() override;
+  void send_weights(const sdk::SendArgs& args) override;
+  void abort() override;
+
+ private:
+  sdk::HostLog log_;
+  SparseInitInfo info_;
+  sdk::ClientRef client_;
+  bool sender_;
+  std::mutex group_mu_;
+  std::unique_ptr<plugins::Communicator> group_;
+  std::atomic<bool> aborted_{false};
+  std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;
+};
+
+}  // namespace wt::sparse

@@ -1,0 +1,122 @@
+#include "sparse_worker.hpp"
+
+#include "../common/device_bytes.hpp"
+#include "../common/domains.hpp"
+#include "../common/param_list.hpp"
+
+#include <wt/dtype.hpp>
+
+#include <cstring>
+#include <vector>
+
+namespace wt::sparse {
+
+using sdk::fail;
+
+SparseWorker::SparseWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
+                           plugins::CommunicatorFactory make_communicator)
+    : log_(context.host, "[sparse_nccl] "), device_(context.device) {
+  const auto init = plugins::read_worker_init(context, init_info, "sparse_nccl");
+  group_ = plugins::join_worker_domain(init, device_, std::move(make_communicator));
+  log_.debug("worker ready: rank {} of {}", init.options.rank, init.options.world_size);
+}
+
+void SparseWorker::start() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (active_) fail(WT_ERR_STATE, "a weight update is already active; call finish first");
+  if (group_ == nullptr || group_->broken())
+    fail(WT_ERR_STATE,
+         "the sparse_nccl group broke in an earlier update; initialise the engine again");
+  active_ = true;
+}
+
+void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
+    receiving_ = true;
+  }
+  struct Done {
+    SparseWorker& w;
+    ~Done() {
+      std::lock_guard<std::mutex> l(w.mu_);
+      w.receiving_ = false;
+    }
+  } done{*this};
+  // vLLM's SparseNCCLWeightTransferUpdateInfo: names, dtype_names, full shapes, num_updates_list.
+  sdk::FieldReader r(update_info, "update_info for backend 'sparse_nccl'");
+  auto list = plugins::read_param_list(r);
+  auto counts = r.get_int_list("num_updates_list");
+  r.finish();
+  const auto& params = list.params;
+  if (counts.empty())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid update_info for backend 'sparse_nccl': 'num_updates_list' cannot be empty for "
+         "sparse updates");
+  if (counts.size() != params.size())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid update_info for backend 'sparse_nccl': 'num_updates_list' has {} entries but "
+         "'names' has {}",
+         counts.size(), params.size());
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] < 0 || counts[i] > INT32_MAX)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid update_info for backend 'sparse_nccl': 'num_updates_list[{}]' must be "
+           "non-negative (and int32 indices count at most 2^31 - 1), got {}",
+           i, counts[i]);
+  // Every patch arrives before any is applied.
+  const bool cuda = device_.device_type == kDLCUDA;
+  std::vector<std::vector<int32_t>> indices(params.size());
+  std::vector<std::vector<unsigned char>> values(params.size());
+  std::vector<int64_t> lengths(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto n = static_cast<std::size_t>(counts[i]);
+    const std::size_t vbytes = n * element_size(params[i].dtype);
+    indices[i].resize(n);
+    values[i].resize(vbytes);
+    lengths[i] = counts[i];
+    const std::string& name = params[i].name;
+    if (!cuda) {
+      group_->broadcast(indices[i].data(), 4 * n, {kDLInt, 32, 1}, 0,
+                        "broadcast of the indices of '" + name + "'");
+      group_->broadcast(values[i].data(), vbytes, params[i].dtype, 0,
+                        "broadcast of the values of '" + name + "'");
+      continue;
+    }
+    plugins::DeviceBytes di(device_.device_id, 4 * n), dv(device_.device_id, vbytes);
+    group_->broadcast(di.data(), 4 * n, {kDLInt, 32, 1}, 0,
+                      "broadcast of the indices of '" + name + "'");
+    group_->broadcast(dv.data(), vbytes, params[i].dtype, 0,
+                      "broadcast of the values of '" + name + "'");
+    plugins::copy_async(device_.device_id, indices[i].data(), di.data(), 4 * n, group_->stream());
+    plugins::copy_async(device_.device_id, values[i].data(), dv.data(), vbytes, group_->stream());
+    plugins::wait_stream(device_.device_id, group_->stream());
+  }
+  std::vector<wt_sparse_patch> batch(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& p = batch[i];
+    p.struct_size = sizeof p;
+    p.abi_version = WT_ABI_VERSION;
+    p.name = params[i].name.c_str();
+    p.indices =
+        DLTensor{indices[i].data(), {kDLCPU, 0}, 1, {kDLInt, 32, 1}, &lengths[i], nullptr, 0};
+    p.values = DLTensor{values[i].data(), {kDLCPU, 0}, 1, params[i].dtype, &lengths[i], nullptr, 0};
+    p.full_ndim = static_cast<int32_t>(params[i].shape.size());
+    p.full_shape = params[i].shape.data();
+  }
+  loader.load_patches(batch);
+}
+
+void SparseWorker::finish() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!active_) fail(WT_ERR_STATE, "finish called with no active weight update");
+  active_ = false;
+}
+
+void SparseWorker::abort() {
+  std::lock_guard<std::mutex> l(mu_);
+  active_ = false;
+  if (receiving_ && group_) group_->abort();
+}
+
+}  // namespace wt::sparse

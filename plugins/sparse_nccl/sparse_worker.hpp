@@ -1,0 +1,35 @@
+// The sparse_nccl worker engine: joins the domain at init like the nccl worker (the same init
+// info, vLLM's 7 keys). Per update it receives every patch the update names (its indices, then its
+// values), and only when all have arrived hands them to the loader's patch load as one batch, which
+// checks them all against the weights it holds (name, full shape, dtype, range, duplicates) before
+// applying any: a rejected round changes nothing. CUDA patches are brought to host memory first.
+#pragma once
+
+#include "../common/communicator.hpp"
+
+#include <wt/sdk/plugin.hpp>
+
+#include <memory>
+#include <mutex>
+
+namespace wt::sparse {
+
+class SparseWorker final : public sdk::WorkerBase {
+ public:
+  SparseWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
+               plugins::CommunicatorFactory make_communicator = {});
+  void start() override;
+  void receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) override;
+  void finish() override;
+  void abort() override;
+
+ private:
+  sdk::HostLog log_;
+  DLDevice device_{kDLCPU, 0};
+  std::unique_ptr<plugins::Communicator> group_;
+  std::mutex mu_;  // active_, receiving_: abort() may come from another thread
+  bool active_ = false;
+  bool receiving_ = false;
+};
+
+}  // namespace wt::sparse

@@ -1,0 +1,318 @@
+// The sparse_nccl engines on their own, from the plugin's sources, with a recording client and a
+// spy communicator (the reference suite's sparse cases): the worker init payload, the call order,
+// exactly two broadcasts per patch (indices, then values), an empty round that does nothing, and
+// every malformed patch rejected before any call or collective.
+#include "sparse_trainer.hpp"
+#include "sparse_worker.hpp"
+
+#include "support/recording_client.hpp"
+
+#include <wt/delta.hpp>
+#include <wt/error.hpp>
+#include <wt/weight_source.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+namespace wt {
+namespace {
+
+struct Broadcast {
+  std::size_t bytes;
+  DLDataType dtype;
+  std::string what;
+  std::vector<unsigned char> data;
+};
+
+class SpyCommunicator : public plugins::Communicator {
+ public:
+  explicit SpyCommunicator(std::shared_ptr<std::vector<Broadcast>> log) : log_(std::move(log)) {}
+  void broadcast(void* data, std::size_t bytes, DLDataType dtype, int,
+                 const std::string& what) override {
+    auto* p = static_cast<unsigned char*>(data);
+    log_->push_back({bytes, dtype, what, std::vector<unsigned char>(p, p + bytes)});
+  }
+  void abort() override {}
+  bool broken() const override { return false; }
+
+ private:
+  std::shared_ptr<std::vector<Broadcast>> log_;
+};
+
+struct Spy {
+  std::shared_ptr<std::vector<Broadcast>> log = std::make_shared<std::vector<Broadcast>>();
+  int made = 0;
+  plugins::CommunicatorFactory factory() {
+    return [this](const plugins::CommunicatorOptions&) {
+      ++made;
+      return std::make_unique<SpyCommunicator>(log);
+    };
+  }
+};
+
+sparse::SparseInitInfo info(int rank = 0) {
+  auto parsed = sparse::SparseInitInfo::parse(
+      {{"master_address", "10.0.0.1"}, {"master_port", 29500}, {"world_size", 2}, {"rank", rank}});
+  return static_cast<sparse::SparseInitInfo&>(*parsed);
+}
+
+sdk::TrainerContext context(Client& client) {
+  sdk::TrainerContext c;
+  c.client = sdk::ClientRef(client.c_client());
+  return c;
+}
+
+// A patch over its own storage.
+struct Patch {
+  std::string name = "w";
+  std::vector<int32_t> indices{1, 7};
+  std::vector<float> values{10, 20};
+  std::vector<int64_t> full{4, 4};
+  int64_t n[1] = {2}, nv[1] = {2};
+  DLDataType index_type{kDLInt, 32, 1};
+  int32_t index_ndim = 1;
+
+  wt_sparse_patch view() {
+    n[0] = static_cast<int64_t>(indices.size());
+    nv[0] = static_cast<int64_t>(values.size());
+    wt_sparse_patch p{};
+    p.struct_size = sizeof p;
+    p.abi_version = WT_ABI_VERSION;
+    p.name = name.c_str();
+    p.indices = DLTensor{indices.data(), {kDLCPU, 0}, index_ndim, index_type, n, nullptr, 0};
+    p.values = DLTensor{values.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, nv, nullptr, 0};
+    p.full_ndim = static_cast<int32_t>(full.size());
+    p.full_shape = full.data();
+    return p;
+  }
+};
+
+TEST(SparseTrainerSpy, InitShipsVllmsSevenKeysWithTheUnpackedDefaults) {
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory());
+  ASSERT_THAT(client.methods(), ElementsAre("init"));
+  EXPECT_EQ(json::parse(client.calls()[0].payload), json({{"master_address", "10.0.0.1"},
+                                                          {"master_port", 29500},
+                                                          {"rank_offset", 1},
+                                                          {"world_size", 2},
+                                                          {"packed", false},
+                                                          {"packed_buffer_size_bytes", 1 << 30},
+                                                          {"packed_num_buffers", 2}}));
+}
+
+TEST(SparseTrainerSpy, SendDrivesTheClientInOrderWithTwoBroadcastsPerPatch) {
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory());
+  Patch a, b;
+  b.name = "v";
+  b.indices = {0, 3, 5};
+  b.values = {1, 2, 3};
+  b.full = {6};
+  sdk::SendArgs args;
+  args.weight_version = "step-1";
+  args.patches = {a.view(), b.view()};
+  trainer.send_weights(args);
+  EXPECT_THAT(client.methods(), ElementsAre("init", "start", "update", "finish"));
+  EXPECT_EQ(json::parse(client.calls()[2].payload), json({{"names", {"w", "v"}},
+                                                          {"dtype_names", {"float32", "float32"}},
+                                                          {"shapes", {{4, 4}, {6}}},
+                                                          {"num_updates_list", {2, 3}}}));
+  ASSERT_EQ(spy.log->size(), 4u) << "indices then values, per patch";
+  EXPECT_EQ((*spy.log)[0].bytes, 8u);
+  EXPECT_EQ((*spy.log)[0].dtype.code, kDLInt);
+  EXPECT_EQ(std::memcmp((*spy.log)[0].data.data(), a.indices.data(), 8), 0);
+  EXPECT_EQ(std::memcmp((*spy.log)[1].data.data(), a.values.data(), 8), 0);
+  EXPECT_EQ((*spy.log)[2].bytes, 12u);
+  EXPECT_EQ(std::memcmp((*spy.log)[3].data.data(), b.values.data(), 12), 0);
+}
+
+TEST(SparseTrainerSpy, AnEmptyRoundDoesNothingAtAll) {
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory());
+  trainer.send_weights({});
+  EXPECT_THAT(client.methods(), ElementsAre("init"));
+  EXPECT_TRUE(spy.log->empty());
+}
+
+TEST(SparseTrainerSpy, ANonSenderMakesNoCalls) {
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(1), spy.factory());
+  Patch a;
+  sdk::SendArgs args;
+  args.patches = {a.view()};
+  trainer.send_weights(args);
+  EXPECT_TRUE(client.calls().empty());
+  EXPECT_EQ(spy.made, 0);
+}
+
+TEST(SparseTrainerSpy, ASourceIsRefused) {
+  test::RecordingClient client;
+  struct Empty : WeightSource {
+    std::vector<ParamMeta> m;
+    const std::vector<ParamMeta>& metadata() override { return m; }
+    void begin() override {}
+    bool next(wt_tensor&) override { return false; }
+    void end() override {}
+  } source;
+  auto c = context(client);
+  c.source = sdk::SourceRef(source.c_source());
+  try {
+    sparse::SparseTrainer trainer(c, info());
+    FAIL();
+  } catch (const sdk::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("takes no WeightSource"));
+  }
+}
+
+// One good patch and one bad one: the round is refused naming the bad patch and the rule, before
+// start_weight_update and before any collective.
+void expect_refused(Patch bad, const std::string& message) {
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory());
+  Patch good;
+  good.name = "good";
+  sdk::SendArgs args;
+  args.patches = {good.view(), bad.view()};
+  try {
+    trainer.send_weights(args);
+    FAIL() << "accepted: " << message;
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr(message));
+  }
+  EXPECT_THAT(client.methods(), ElementsAre("init")) << message;
+  EXPECT_TRUE(spy.log->empty()) << message;
+}
+
+TEST(SparseTrainerSpy, EveryMalformedPatchIsRefusedBeforeAnyCall) {
+  Patch int64;
+  int64.index_type = {kDLInt, 64, 1};
+  expect_refused(int64, "Sparse weight updates require int32 indices: w");
+  Patch two_d;
+  two_d.index_ndim = 2;
+  expect_refused(two_d, "Sparse weight patches must be 1D flattened updates: w");
+  Patch lengths;
+  lengths.values = {1};
+  expect_refused(lengths, "`indices` and `values` must have matching lengths for w");
+  Patch range;
+  range.indices = {3, 16};
+  expect_refused(range, "index 16 (at position 1) is outside [0, 16)");
+  Patch negative;
+  negative.indices = {-1, 2};
+  expect_refused(negative, "index -1 (at position 0) is outside [0, 16)");
+  Patch duplicate;
+  duplicate.indices = {5, 5};
+  expect_refused(duplicate, "sparse patch 'w': index 5 appears more than once");
+  Patch nan;
+  nan.values = {1, std::numeric_limits<float>::quiet_NaN()};
+  expect_refused(nan, "sparse patch 'w': values hold NaN");
+  Patch zero_dim;
+  zero_dim.full = {4, 0};
+  expect_refused(zero_dim, "full_shape needs positive dimensions");
+  Patch huge;
+  huge.full = {65536, 65536};
+  expect_refused(huge, "at most 2^31 - 1 elements");
+  Patch twice;
+  twice.name = "good";
+  expect_refused(twice, "sparse patch 'good' appears twice in one round");
+}
+
+TEST(SparseTrainerSpy, AMissingFullShapeIsRefused) {
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory());
+  Patch p;
+  auto v = p.view();
+  v.full_ndim = -1;
+  v.full_shape = nullptr;
+  sdk::SendArgs args;
+  args.patches = {v};
+  try {
+    trainer.send_weights(args);
+    FAIL();
+  } catch (const sdk::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("Sparse patch requires full_shape: w"));
+  }
+  EXPECT_THAT(client.methods(), ElementsAre("init"));
+  EXPECT_TRUE(spy.log->empty());
+}
+
+TEST(SparseWorkerSpy, UpdateInfoIsCheckedAsVllmChecksIt) {
+  Spy spy;
+  sparse::SparseWorker worker(
+      sdk::WorkerContext{},
+      {{"master_address", "h"}, {"master_port", 1}, {"rank_offset", 1}, {"world_size", 2}},
+      spy.factory());
+  worker.start();
+  auto refused = [&](json update, const std::string& message) {
+    try {
+      worker.receive(update, sdk::LoaderRef());
+      FAIL() << update.dump();
+    } catch (const sdk::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(message)) << update.dump();
+    }
+  };
+  refused({{"names", json::array()},
+           {"dtype_names", json::array()},
+           {"shapes", json::array()},
+           {"num_updates_list", json::array()}},
+          "'num_updates_list' cannot be empty for sparse updates");
+  refused({{"names", {"w"}},
+           {"dtype_names", {"float32"}},
+           {"shapes", {{4}}},
+           {"num_updates_list", {1, 2}}},
+          "'num_updates_list' has 2 entries but 'names' has 1");
+  refused({{"names", {"w"}},
+           {"dtype_names", {"float32"}},
+           {"shapes", {{4}}},
+           {"num_updates_list", {-1}}},
+          "must be non-negative");
+  EXPECT_TRUE(spy.log->empty());
+}
+
+TEST(Delta, IndicesWhereTheBitsDifferAndTheNewValues) {
+  std::vector<float> before(3'000'000), after;
+  for (std::size_t i = 0; i < before.size(); ++i) before[i] = static_cast<float>(i);
+  after = before;
+  for (std::size_t i = 5; i < after.size(); i += 997) after[i] += 1;
+  after[after.size() - 1] = -0.0f;  // the last element, and a sign bit only
+  int64_t shape[2] = {1000, 3000};
+  DLTensor a{before.data(), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  DLTensor b{after.data(), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  for (unsigned threads : {1u, 4u}) {
+    Delta d = make_delta("w", a, b, threads);
+    std::vector<int32_t> expected;
+    for (std::size_t i = 5; i < after.size(); i += 997) expected.push_back(static_cast<int32_t>(i));
+    if (expected.back() != static_cast<int32_t>(after.size() - 1))
+      expected.push_back(static_cast<int32_t>(after.size() - 1));
+    EXPECT_EQ(d.indices, expected) << threads << " thread(s)";
+    ASSERT_EQ(d.values.size(), 4 * expected.size());
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+      float v;
+      std::memcpy(&v, d.values.data() + 4 * k, 4);
+      EXPECT_EQ(std::memcmp(&v, &after[expected[k]], 4), 0);
+    }
+    auto p = d.patch();
+    EXPECT_EQ(p.full_ndim, 2);
+    EXPECT_EQ(p.indices.shape[0], static_cast<int64_t>(expected.size()));
+  }
+  int64_t other[1] = {3'000'000};
+  DLTensor c{after.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, other, nullptr, 0};
+  EXPECT_THROW(make_delta("w", a, c), Error);
+}
+
+}  // namespace
+}  // namespace wt
