@@ -137,9 +137,13 @@ Run add_launch_command(CLI::App& app) {
 
     std::vector<std::unique_ptr<Child>> receivers;
     std::vector<std::string> urls = cfg.receiver_urls;
+    // A delta backend's receivers start from the checkpoint, as inference servers do.
+    const bool sparse = Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE;
     if (cfg.embedded_receiver)
       for (int k = 0; k < cfg.receiver_count; ++k) {
         std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
+        if (sparse)
+          for (const auto& f : files) args.insert(args.end(), {"--load-checkpoint", f});
         for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
         // The token travels in the environment: argv is readable by every user of the host.
         auto [child, url] = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});

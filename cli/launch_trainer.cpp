@@ -4,9 +4,11 @@
 #include "device_source.hpp"
 
 #include <wt/checksum.hpp>
+#include <wt/delta.hpp>
 #include <wt/fan_out_client.hpp>
 #include <wt/gloo_trainer_group.hpp>
 #include <wt/http_client.hpp>
+#include <wt/registry.hpp>
 #include <wt/safetensors.hpp>
 #include <wt/wt.hpp>
 
@@ -86,6 +88,24 @@ void perturb(SafetensorsSource& s, double fraction, uint64_t seed) {
   }
 }
 
+// The patches of every tensor that changed since `previous`, which then becomes the current.
+std::vector<Delta> deltas_against(SafetensorsSource& checkpoint,
+                                  std::vector<std::vector<unsigned char>>& previous) {
+  std::vector<Delta> out;
+  for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+    const auto& meta = checkpoint.metadata()[i];
+    auto now = checkpoint.bytes(i);
+    std::vector<int64_t> shape = meta.shape;
+    const auto ndim = static_cast<int32_t>(shape.size());
+    DLTensor before{previous[i].data(), {kDLCPU, 0}, ndim, meta.dtype, shape.data(), nullptr, 0};
+    DLTensor after{now.data(), {kDLCPU, 0}, ndim, meta.dtype, shape.data(), nullptr, 0};
+    Delta d = make_delta(meta.name, before, after);
+    if (d.count > 0) out.push_back(std::move(d));
+    previous[i].assign(now.begin(), now.end());
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
@@ -136,12 +156,21 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       send_from = (device_source =
                        make_device_source(source, parse_device(d->get<std::string>()).device_id))
                       .get();
+    // A delta backend takes no source: each round sends the patches of what the training step
+    // changed, against the base the receivers loaded from the same checkpoint.
+    const bool sparse = Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE;
+    std::vector<std::vector<unsigned char>> previous;
+    if (sparse)
+      for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+        auto b = checkpoint.bytes(i);
+        previous.emplace_back(b.begin(), b.end());
+      }
     auto fields = init_info_for(cfg, world_sizes);
     fields["backend"] = cfg.backend;
     fields["rank"] = args.rank;
     auto t0 = Clock::now();
-    auto engine =
-        trainer_init(InitInfo::from_object(fields, cfg.file), client, send_from, group.get());
+    auto engine = trainer_init(InitInfo::from_object(fields, cfg.file), client,
+                               sparse ? nullptr : send_from, group.get());
     if (args.rank == 0)
       emit({{"event", "init"},
             {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
@@ -153,13 +182,22 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       source.round = r;
       SendOptions opts;
       opts.weight_version = fmt::format("round-{}", r);
+      std::vector<Delta> deltas;
+      uint64_t sent_bytes = checkpoint.total_bytes();
+      if (sparse) {  // the training step first, then only what it changed
+        perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
+        deltas = deltas_against(checkpoint, previous);
+        sent_bytes = 0;
+        for (const auto& d : deltas) {
+          opts.patches.push_back(d.patch());
+          sent_bytes += d.indices.size() * 4 + d.values.size();
+        }
+      }
       auto start = Clock::now();
       engine->send_weights(opts);
       double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      nlohmann::json ev = {{"event", "round"},
-                           {"round", r},
-                           {"seconds", seconds},
-                           {"bytes", checkpoint.total_bytes()}};
+      nlohmann::json ev = {
+          {"event", "round"}, {"round", r}, {"seconds", seconds}, {"bytes", sent_bytes}};
       if (args.rank == 0 && cfg.verify) {
         // Every tensor on every receiver: "name" with one receiver, "receiver K: name" with more.
         std::vector<std::string> expected;
@@ -187,7 +225,7 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
         ev["mismatched_count"] = mismatched.size();
       }
       if (args.rank == 0) emit(ev);
-      if (r + 1 < cfg.rounds)
+      if (!sparse && r + 1 < cfg.rounds)
         perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
     }
     return 0;

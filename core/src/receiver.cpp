@@ -19,6 +19,7 @@
 #include <cstring>
 #include <set>
 #include <string_view>
+#include <thread>
 
 namespace wt {
 
@@ -86,6 +87,10 @@ Receiver::~Receiver() {
   }
 }
 
+void Receiver::drop_pending_patches(const std::string& name) {
+  std::erase_if(pending_patches_, [&](const PendingPatch& p) { return p.name == name; });
+}
+
 void Receiver::wait_for_device_copies() {
   if (options_.device_staging) options_.device_staging->synchronize();
 }
@@ -100,6 +105,7 @@ void Receiver::discard_staged() {
     logger()->warn("receiver: waiting for device copies: {}; staged memory not reused", e.what());
     reusable = false;
   }
+  pending_patches_.clear();
   if (reusable)
     for (auto& [name, t] : staged_) spare_[name] = std::move(t);
   else
@@ -169,6 +175,7 @@ class Receiver::RoundLoader final : public Loader {
                   fmt::format("written('{}'): no destination was handed out for it", name));
     auto old = r_.staged_.find(name);
     if (old != r_.staged_.end()) r_.spare_[name] = std::move(old->second);
+    r_.drop_pending_patches(name);  // rewritten after them: they are superseded
     bytes += it->second.nbytes;
     ++written_in_place;
     ++r_.written_in_place_;
@@ -190,17 +197,21 @@ class Receiver::RoundLoader final : public Loader {
       return &(targets[name] = detail::PatchTarget{t->dtype, t->shape});
     });
     for (const auto& p : patches) {
-      auto staged = r_.staged_.find(p.name);
-      if (staged == r_.staged_.end()) {  // the first patch this round: start from the committed
-        const Tensor& base = r_.committed_.at(p.name);
-        Tensor slot = r_.take_slot(p.name, base.nbytes);
-        slot.dtype = base.dtype;
-        slot.shape = base.shape;
-        std::memcpy(slot.data.get(), base.data.get(), base.nbytes);
-        staged = r_.staged_.emplace(p.name, std::move(slot)).first;
+      const auto n = static_cast<std::size_t>(p.indices.shape[0]);
+      const std::size_t es = element_size(p.values.dtype);
+      bytes += n * es;
+      if (auto staged = r_.staged_.find(p.name); staged != r_.staged_.end()) {
+        detail::apply_patch(p, staged->second.data.get());  // rewritten this round: patch that
+        continue;
       }
-      detail::apply_patch(p, staged->second.data.get());
-      bytes += static_cast<uint64_t>(p.indices.shape[0]) * element_size(p.values.dtype);
+      // Kept until finish (the patch's memory is the backend's only for this call).
+      PendingPatch kept{p.name, p.values.dtype, std::vector<int32_t>(n),
+                        std::vector<unsigned char>(n * es)};
+      std::memcpy(kept.indices.data(),
+                  static_cast<const unsigned char*>(p.indices.data) + p.indices.byte_offset, 4 * n);
+      std::memcpy(kept.values.data(),
+                  static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset, n * es);
+      r_.pending_patches_.push_back(std::move(kept));
     }
   }
 
@@ -338,6 +349,7 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
       options_.device_staging->copy_to_host(slot.data.get(), d, nbytes);
     auto old = staged_.find(t.name);
     if (old != staged_.end()) spare_[t.name] = std::move(old->second);
+    drop_pending_patches(t.name);
     staged_[t.name] = std::move(slot);
     total += nbytes;
   }
@@ -369,6 +381,39 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
     committed_[name] = std::move(t);
   }
   staged_.clear();
+  // Validated when they arrived (against these tensors' shape and dtype, which no round changes
+  // without rewriting them, and that drops them): applying cannot fail.
+  // Scattered writes are memory-latency bound: tensors are spread over the load threads (one
+  // tensor's patches stay on one thread, in order).
+  std::map<std::string, std::vector<const PendingPatch*>> by_tensor;
+  for (const auto& p : pending_patches_) by_tensor[p.name].push_back(&p);
+  std::vector<std::pair<const std::vector<const PendingPatch*>*, unsigned char*>> work;
+  for (const auto& [name, list] : by_tensor)
+    work.emplace_back(&list, committed_.at(name).data.get());
+  auto apply = [&](std::size_t first, std::size_t step) {
+    for (std::size_t k = first; k < work.size(); k += step)
+      for (const PendingPatch* p : *work[k].first) {
+        int64_t n = static_cast<int64_t>(p->indices.size());
+        wt_sparse_patch view{};
+        view.indices = DLTensor{const_cast<int32_t*>(p->indices.data()),
+                                {kDLCPU, 0},
+                                1,
+                                {kDLInt, 32, 1},
+                                &n,
+                                nullptr,
+                                0};
+        view.values = DLTensor{
+            const_cast<unsigned char*>(p->values.data()), {kDLCPU, 0}, 1, p->dtype, &n, nullptr, 0};
+        detail::apply_patch(view, work[k].second);
+      }
+  };
+  const std::size_t threads =
+      std::max<std::size_t>(1, std::min<std::size_t>(load_threads_, work.size()));
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(apply, t, threads);
+  apply(0, threads);
+  for (auto& t : pool) t.join();
+  pending_patches_.clear();
   if (weight_version) version_ = weight_version;
   ++rounds_;
 }

@@ -37,7 +37,13 @@ std::string shown(DLDataType d) {
 
 void validate_patches(std::span<const wt_sparse_patch> patches,
                       const std::function<const PatchTarget*(const std::string&)>& target) {
-  std::map<std::string, std::vector<int32_t>> indices_of;  // across the batch, per parameter
+  // Across the batch, per parameter: the indices, and whether they are known to be strictly
+  // increasing (one patch whose indices are, as a delta produces them: no sort needed).
+  struct Seen {
+    std::vector<int32_t> all;
+    bool increasing = true;
+  };
+  std::map<std::string, Seen> indices_of;
   for (const auto& p : patches) {
     if (p.name == nullptr || *p.name == '\0')
       throw Error(WT_ERR_INVALID_ARGUMENT, "a patch has no parameter name");
@@ -73,15 +79,21 @@ void validate_patches(std::span<const wt_sparse_patch> patches,
     for (auto d : t->shape) numel *= d;
     const auto* idx = reinterpret_cast<const int32_t*>(static_cast<const char*>(p.indices.data) +
                                                        p.indices.byte_offset);
-    for (int64_t i = 0; i < n; ++i)
+    bool increasing = true;
+    for (int64_t i = 0; i < n; ++i) {
       if (idx[i] < 0 || idx[i] >= numel)
         bad(p, fmt::format("index {} at position {} is outside [0, {})", idx[i], i, numel));
-    auto& all = indices_of[p.name];
-    all.insert(all.end(), idx, idx + n);
+      increasing &= i == 0 || idx[i] > idx[i - 1];
+    }
+    auto [it, first] = indices_of.try_emplace(p.name);
+    it->second.increasing = first && increasing;
+    it->second.all.insert(it->second.all.end(), idx, idx + n);
   }
   // Twice the same index of a parameter, in one patch or in two of the batch, would make the result
   // depend on the order of application.
-  for (auto& [name, all] : indices_of) {
+  for (auto& [name, seen] : indices_of) {
+    if (seen.increasing) continue;
+    auto& all = seen.all;
     std::sort(all.begin(), all.end());
     if (auto d = std::adjacent_find(all.begin(), all.end()); d != all.end())
       throw Error(WT_ERR_INVALID_ARGUMENT,

@@ -117,6 +117,7 @@ class Receiver {
   uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
   void discard_staged();                              // staged tensors become spares
   void wait_for_device_copies();
+  void drop_pending_patches(const std::string& name);
   Tensor take_slot(const std::string& name, uint64_t nbytes);  // a spare of that size, or new
 
   Options options_;
@@ -133,6 +134,15 @@ class Receiver {
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> written_in_place_{0};
   std::map<std::string, Tensor> staged_, spare_;
+  // Patches of the round to tensors it did not rewrite: validated when they arrived, applied to
+  // the committed tensors at finish (O(changed elements), not a copy of each tensor), in order.
+  struct PendingPatch {
+    std::string name;
+    DLDataType dtype{};
+    std::vector<int32_t> indices;
+    std::vector<unsigned char> values;
+  };
+  std::vector<PendingPatch> pending_patches_;
   std::map<std::string, Tensor> committed_;
   std::optional<std::string> version_;
   uint64_t rounds_ = 0;

@@ -1,0 +1,170 @@
+// sparse_nccl in one run: the trainer's patch check (GB/s of indices + values, one core), the
+// delta helper (GB/s of tensor compared), and the time of a ~1 % delta round next to a dense
+// packed nccl round of the same model between the same two ranks (trainer and reference receiver
+// in this process, Gloo over loopback). Rounds are timed after a warm-up round.
+//
+//   build/bin/wt_bench_sparse [--mib 256] [--rounds 3] [--fraction 0.01]
+#include "patch_rules.hpp"
+#include "support/free_port.hpp"
+
+#include <wt/delta.hpp>
+#include <wt/receiver.hpp>
+#include <wt/wt.hpp>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// `count` bfloat16 tensors of `bytes` each; step() changes `fraction` of every tensor's elements.
+class Model : public wt::WeightSource {
+ public:
+  Model(std::size_t count, std::size_t bytes) : data_(count, std::vector<unsigned char>(bytes)) {
+    std::mt19937 rng(3);
+    for (auto& t : data_)
+      for (std::size_t i = 0; i < t.size(); i += 2) {
+        t[i] = static_cast<unsigned char>(rng());
+        t[i + 1] = static_cast<unsigned char>(0x3c + rng() % 4);  // finite bfloat16
+      }
+    shape_ = {static_cast<int64_t>(bytes / 2)};
+    for (std::size_t i = 0; i < count; ++i)
+      meta_.push_back({fmt::format("layer.{}.weight", i), {kDLBfloat, 16, 1}, shape_});
+  }
+  void step(double fraction, uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (auto& t : data_) {
+      const std::size_t n = t.size() / 2;
+      for (std::size_t k = 0; k < static_cast<std::size_t>(n * fraction); ++k)
+        t[2 * (rng() % n)] ^= 1;
+    }
+  }
+  DLTensor tensor(std::size_t i) {
+    return DLTensor{data_[i].data(), {kDLCPU, 0}, 1, {kDLBfloat, 16, 1}, shape_.data(), nullptr, 0};
+  }
+  std::size_t size() const { return data_.size(); }
+  std::size_t total() const { return data_.size() * data_[0].size(); }
+  const std::vector<wt::ParamMeta>& metadata() override { return meta_; }
+  void begin() override { next_ = 0; }
+  bool next(wt_tensor& out) override {
+    if (next_ == data_.size()) return false;
+    out.name = meta_[next_].name.c_str();
+    out.tensor = tensor(next_++);
+    return true;
+  }
+  void end() override {}
+  std::vector<std::vector<unsigned char>> data_;
+
+ private:
+  std::vector<int64_t> shape_;
+  std::vector<wt::ParamMeta> meta_;
+  std::size_t next_ = 0;
+};
+
+wt::InitInfo info(const std::string& backend) {
+  nlohmann::json j = {{"backend", backend},
+                      {"master_address", "127.0.0.1"},
+                      {"master_port", wt::test::free_port()},
+                      {"world_size", 2},
+                      {"rank", 0}};
+  if (backend == "nccl") j["packed_buffer_size_bytes"] = 64 << 20;
+  return wt::InitInfo::from_object(j);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sparse_nccl: patch check, delta helper, and a 1 % round next to a dense round"};
+  int mib = 256, rounds = 3;
+  double fraction = 0.01;
+  app.add_option("--mib", mib, "model size");
+  app.add_option("--rounds", rounds);
+  app.add_option("--fraction", fraction, "elements changed per training step");
+  CLI11_PARSE(app, argc, argv);
+  const std::size_t count = 64;
+  Model model(count, (static_cast<std::size_t>(mib) << 20) / count / 2 * 2);
+
+  // The delta helper and the patch check, on one training step.
+  auto base = model.data_;
+  model.step(fraction, 1);
+  auto t0 = Clock::now();
+  std::vector<wt::Delta> deltas;
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    int64_t shape[1] = {static_cast<int64_t>(base[i].size() / 2)};
+    DLTensor before{base[i].data(), {kDLCPU, 0}, 1, {kDLBfloat, 16, 1}, shape, nullptr, 0};
+    deltas.push_back(wt::make_delta("t", before, model.tensor(i)));
+  }
+  const double delta_s = seconds_since(t0);
+  std::vector<wt_sparse_patch> patches;
+  std::size_t patch_bytes = 0;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < deltas.size(); ++i) deltas[i].name = model.metadata()[i].name;
+  for (const auto& d : deltas) {
+    patches.push_back(d.patch());
+    patch_bytes += d.indices.size() * 4 + d.values.size();
+  }
+  t0 = Clock::now();
+  for (int r = 0; r < 5; ++r) wt::sparse::check_round(patches, nullptr);
+  const double check_s = seconds_since(t0) / 5;
+
+  // Rounds: dense packed nccl, then 1 % patches, each from the same model state.
+  double dense_s = 0, sparse_s = 0;
+  {
+    wt::Receiver receiver("nccl");
+    wt::InProcessClient client(receiver);
+    auto engine = wt::trainer_init(info("nccl"), client, &model);
+    engine->send_weights();  // warm-up
+    t0 = Clock::now();
+    for (int r = 0; r < rounds; ++r) engine->send_weights();
+    dense_s = seconds_since(t0) / rounds;
+  }
+  {
+    wt::Receiver receiver("sparse_nccl");
+    receiver.load_base(model);
+    wt::InProcessClient client(receiver);
+    auto engine = wt::trainer_init(info("sparse_nccl"), client, nullptr);
+    auto previous = model.data_;
+    auto send_step = [&](uint32_t seed) {
+      model.step(fraction, seed);
+      std::vector<wt::Delta> ds;
+      wt::SendOptions o;
+      for (std::size_t i = 0; i < model.size(); ++i) {
+        int64_t shape[1] = {static_cast<int64_t>(previous[i].size() / 2)};
+        DLTensor before{previous[i].data(), {kDLCPU, 0}, 1, {kDLBfloat, 16, 1}, shape, nullptr, 0};
+        ds.push_back(wt::make_delta(model.metadata()[i].name, before, model.tensor(i)));
+      }
+      for (const auto& d : ds) o.patches.push_back(d.patch());
+      previous = model.data_;
+      const auto s0 = Clock::now();
+      engine->send_weights(o);
+      return seconds_since(s0);
+    };
+    send_step(100);  // warm-up
+    for (int r = 0; r < rounds; ++r) sparse_s += send_step(101 + r);
+    sparse_s /= rounds;
+  }
+  const double gb = static_cast<double>(model.total()) / 1e9;
+  fmt::print(
+      "model: {} bfloat16 tensors, {:.0f} MiB; a training step changes {:.1f} % of elements\n",
+      count, static_cast<double>(model.total()) / (1 << 20), 100 * fraction);
+  fmt::print("{:<44} {:>10}\n", "measure", "figure");
+  fmt::print("{:<44} {:>10.2f}\n", "patch check, GB/s of indices+values, 1 core",
+             static_cast<double>(patch_bytes) / check_s / 1e9);
+  fmt::print("{:<44} {:>10.2f}\n", "delta helper, GB/s of tensor compared", gb / delta_s);
+  fmt::print("{:<44} {:>10.3f}\n", "dense packed nccl round, s", dense_s);
+  fmt::print("{:<44} {:>10.3f}\n", "1 % sparse_nccl round, s", sparse_s);
+  fmt::print("{:<44} {:>10.3f}\n", "sparse / dense", sparse_s / dense_s);
+  fmt::print("patches: {:.1f} MiB per round ({:.2f} % of the model's bytes)\n",
+             static_cast<double>(patch_bytes) / (1 << 20),
+             100.0 * static_cast<double>(patch_bytes) / static_cast<double>(model.total()));
+  return 0;
+}
