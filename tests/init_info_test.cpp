@@ -1,6 +1,9 @@
 // Init infos from JSON and YAML, parsed strictly by the backend's own plugin.
 #include <wt/wt.hpp>
 
+#include "support/recording_client.hpp"
+#include "support/vector_source.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -106,24 +109,23 @@ TEST(InitInfo, ErrorsNameTheOrigin) {
   }
 }
 
-TEST(InitInfo, TheSkeletonBackendSaysItHasNoEngineYet) {
-  struct NullClient : Client {
-    void init_weight_transfer_engine(std::string_view) override {}
-    void start_weight_update() override {}
-    void update_weights(std::string_view) override {}
-    void finish_weight_update(const std::optional<std::string>&) override {}
-  } client;
+// sparse_nccl is a delta backend: the host refuses a weight source for it, naming the
+// capability, before the plugin or the inference side is called.
+TEST(InitInfo, TheSparseBackendTakesNoSource) {
+  test::RecordingClient client;
+  test::VectorSource source;
   try {
     auto j = nlohmann::json::parse(kNccl);
     j["backend"] = "sparse_nccl";
     j.erase("packed");
-    trainer_init(InitInfo::from_object(j), client);
+    trainer_init(InitInfo::from_object(j), client, &source);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_INCOMPATIBLE);
     EXPECT_THAT(e.what(), HasSubstr("backend 'sparse_nccl'"));
-    EXPECT_THAT(e.what(), HasSubstr("has no trainer engine"));
+    EXPECT_THAT(e.what(), HasSubstr("WT_CAP_SPARSE"));
   }
+  EXPECT_TRUE(client.calls().empty());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "support/model.hpp"
 #include "support/recording_client.hpp"
+#include "support/spy_communicator.hpp"
 
 #include <wt/error.hpp>
 #include <wt/sdk/base64.hpp>
@@ -30,39 +31,7 @@ namespace wt {
 namespace {
 
 // What each broadcast moved.
-struct Broadcast {
-  const void* at;
-  std::size_t bytes;
-  DLDataType dtype;
-  std::string what;
-  std::vector<unsigned char> data;
-};
-
-class SpyCommunicator : public plugins::Communicator {
- public:
-  explicit SpyCommunicator(std::shared_ptr<std::vector<Broadcast>> log) : log_(std::move(log)) {}
-  void broadcast(void* data, std::size_t bytes, DLDataType dtype, int,
-                 const std::string& what) override {
-    auto* p = static_cast<unsigned char*>(data);
-    log_->push_back({data, bytes, dtype, what, std::vector<unsigned char>(p, p + bytes)});
-  }
-  void abort() override {}
-  bool broken() const override { return false; }
-
- private:
-  std::shared_ptr<std::vector<Broadcast>> log_;
-};
-
-struct Spy {
-  std::shared_ptr<std::vector<Broadcast>> log = std::make_shared<std::vector<Broadcast>>();
-  int made = 0;
-  plugins::CommunicatorFactory factory() {
-    return [this](const plugins::CommunicatorOptions&) {
-      ++made;
-      return std::make_unique<SpyCommunicator>(log);
-    };
-  }
-};
+using test::Spy;
 
 nccl::NcclInitInfo info(int rank = 0, bool packed = false, int64_t buffer = 1 << 16) {
   auto parsed = nccl::NcclInitInfo::parse({{"master_address", "10.0.0.1"},

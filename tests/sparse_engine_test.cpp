@@ -6,6 +6,7 @@
 #include "sparse_worker.hpp"
 
 #include "support/recording_client.hpp"
+#include "support/spy_communicator.hpp"
 
 #include <wt/delta.hpp>
 #include <wt/error.hpp>
@@ -25,38 +26,7 @@ using json = nlohmann::json;
 namespace wt {
 namespace {
 
-struct Broadcast {
-  std::size_t bytes;
-  DLDataType dtype;
-  std::string what;
-  std::vector<unsigned char> data;
-};
-
-class SpyCommunicator : public plugins::Communicator {
- public:
-  explicit SpyCommunicator(std::shared_ptr<std::vector<Broadcast>> log) : log_(std::move(log)) {}
-  void broadcast(void* data, std::size_t bytes, DLDataType dtype, int,
-                 const std::string& what) override {
-    auto* p = static_cast<unsigned char*>(data);
-    log_->push_back({bytes, dtype, what, std::vector<unsigned char>(p, p + bytes)});
-  }
-  void abort() override {}
-  bool broken() const override { return false; }
-
- private:
-  std::shared_ptr<std::vector<Broadcast>> log_;
-};
-
-struct Spy {
-  std::shared_ptr<std::vector<Broadcast>> log = std::make_shared<std::vector<Broadcast>>();
-  int made = 0;
-  plugins::CommunicatorFactory factory() {
-    return [this](const plugins::CommunicatorOptions&) {
-      ++made;
-      return std::make_unique<SpyCommunicator>(log);
-    };
-  }
-};
+using test::Spy;
 
 sparse::SparseInitInfo info(int rank = 0) {
   auto parsed = sparse::SparseInitInfo::parse(

@@ -6,6 +6,7 @@
 #include <wt/sdk/json_fields.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace wt::plugins {
@@ -64,6 +65,25 @@ struct RendezvousFields {
   // -1 for "cpu", else N of "cuda:N" (as read_device checked it).
   static int cuda_device(const std::string& device) {
     return device == "cpu" ? -1 : std::stoi(device.substr(5));
+  }
+
+  // The worker init info the sender ships (vLLM's keys): rank_offset 1, world_size and the packed
+  // parameters, with the address and port (Gloo) or the NCCL unique id of a CUDA domain.
+  nlohmann::json worker_init_info(const std::optional<std::string>& unique_id, bool packed,
+                                  int64_t packed_buffer_size_bytes,
+                                  int64_t packed_num_buffers) const {
+    nlohmann::json j = {{"rank_offset", 1},
+                        {"world_size", world_size},
+                        {"packed", packed},
+                        {"packed_buffer_size_bytes", packed_buffer_size_bytes},
+                        {"packed_num_buffers", packed_num_buffers}};
+    if (unique_id) {
+      j["nccl_unique_id_b64"] = *unique_id;
+    } else {
+      j["master_address"] = master_address;
+      j["master_port"] = master_port;
+    }
+    return j;
   }
 
   nlohmann::json to_json() const {

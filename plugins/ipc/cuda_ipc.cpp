@@ -4,7 +4,7 @@
 
 #include <wt/sdk/errors.hpp>
 
-#ifdef WT_IPC_WITH_CUDA
+#ifdef WT_PLUGIN_WITH_CUDA
 #include <wt/sdk/cuda_driver.hpp>
 #endif
 
@@ -14,7 +14,7 @@ namespace wt::ipc::cuda {
 
 using sdk::fail;
 
-#ifdef WT_IPC_WITH_CUDA
+#ifdef WT_PLUGIN_WITH_CUDA
 
 // Every call goes to the driver API through sdk/cuda_driver.hpp: no CUDA runtime is linked, so the
 // plugin loads without a driver and runs on any driver serving CUDA 12.0, whatever toolkit built

@@ -20,7 +20,7 @@ std::unique_ptr<wt::sdk::WorkerBase> make_worker(const wt::sdk::WorkerContext& c
 
 constexpr uint64_t kCapabilities = WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY |
                                    WT_CAP_PACKED
-#ifdef WT_IPC_WITH_CUDA
+#ifdef WT_PLUGIN_WITH_CUDA
                                    | WT_CAP_CUDA_MEMORY
 #endif
     ;

@@ -48,18 +48,8 @@ struct NcclInitInfo final : sdk::InitInfoBase {
 
   // unique_id: the NCCL unique id (base64) of a CUDA group; none for host memory.
   nlohmann::json worker_init_info(const std::optional<std::string>& unique_id = {}) const {
-    nlohmann::json j = {{"rank_offset", 1},
-                        {"world_size", rendezvous.world_size},
-                        {"packed", packed},
-                        {"packed_buffer_size_bytes", packed_buffer_size_bytes},
-                        {"packed_num_buffers", packed_num_buffers}};
-    if (unique_id) {
-      j["nccl_unique_id_b64"] = *unique_id;
-    } else {
-      j["master_address"] = rendezvous.master_address;
-      j["master_port"] = rendezvous.master_port;
-    }
-    return j;
+    return rendezvous.worker_init_info(unique_id, packed, packed_buffer_size_bytes,
+                                       packed_num_buffers);
   }
 
   static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {

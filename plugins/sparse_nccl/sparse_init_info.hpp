@@ -33,18 +33,7 @@ struct SparseInitInfo final : sdk::InitInfoBase {
   int64_t rank() const override { return rendezvous.rank; }
 
   nlohmann::json worker_init_info(const std::optional<std::string>& unique_id) const {
-    nlohmann::json j = {{"rank_offset", 1},
-                        {"world_size", rendezvous.world_size},
-                        {"packed", false},
-                        {"packed_buffer_size_bytes", int64_t{1} << 30},
-                        {"packed_num_buffers", 2}};
-    if (unique_id) {
-      j["nccl_unique_id_b64"] = *unique_id;
-    } else {
-      j["master_address"] = rendezvous.master_address;
-      j["master_port"] = rendezvous.master_port;
-    }
-    return j;
+    return rendezvous.worker_init_info(unique_id, false, int64_t{1} << 30, 2);
   }
 
   static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {

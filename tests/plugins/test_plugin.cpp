@@ -82,7 +82,7 @@ struct wt_trainer {
 };
 struct wt_worker {
   std::string last_error;
-  bool active = false;
+  std::atomic<bool> active{false};  // abort() may come from another thread
   std::atomic<bool> aborted{false};  // abort() may come from another thread
 };
 
