@@ -87,6 +87,14 @@ Run add_serve_command(CLI::App& app) {
     }
     if (backend.empty())
       throw Error(WT_ERR_INVALID_ARGUMENT, "wt serve needs --backend or --weight-transfer-config");
+    // The backend's plugin loads now: one that is missing, unusable or has no worker engine is
+    // refused at start-up, with the reason, not at the trainer's first call.
+    auto plugin = Registry::instance().get(backend);
+    if (!(plugin->capabilities() & WT_CAP_WORKER))
+      throw Error(WT_ERR_INCOMPATIBLE,
+                  fmt::format("backend '{}' ({}) has no worker engine: wt serve cannot receive "
+                              "through it",
+                              backend, plugin->path()));
     std::string token = o->token;
     if (token.empty())
       if (const char* env = std::getenv("WT_SERVE_TOKEN")) token = env;

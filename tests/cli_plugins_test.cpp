@@ -150,6 +150,18 @@ TEST(CliPlugins, HostilePluginsInJsonWithAShorterDeadline) {
     }
 }
 
+// wt serve loads its backend's plugin at start-up: a missing one is refused at once, naming the
+// backend and where it was looked for, instead of a server that fails at the first init call.
+TEST(CliServe, AMissingBackendIsRefusedAtStartUp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r =
+      test::run_process(wt_cmd("env -u WT_PLUGIN_PATH", "serve --backend nosuchbackend --port 0"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("nosuchbackend"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("listening on")));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
 TEST(CliPlugins, Version) {
   auto r = test::run_process(wt_cmd("", "--version"));
   EXPECT_EQ(r.exit_code, 0);
