@@ -2,6 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/sdk_errors_as_host.hpp>
 
 #ifdef WT_CLI_WITH_CUDA
 #include <wt/sdk/cuda_driver.hpp>
@@ -19,19 +20,10 @@ namespace {
 
 namespace drv = sdk::cuda;
 
-template <typename F>
-auto translated(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const sdk::Error& e) {
-    throw Error(e.code(), e.what());
-  }
-}
-
 class DeviceSource final : public WeightSource {
  public:
   DeviceSource(WeightSource& host, int device) : host_(host), device_(device) {
-    translated([&] { drv::DeviceGuard g(device_); });  // the driver and the device, now
+    host_errors([&] { drv::DeviceGuard g(device_); });  // the driver and the device, now
   }
   ~DeviceSource() override {
     try {
@@ -50,7 +42,7 @@ class DeviceSource final : public WeightSource {
     uint64_t n = 0;
     if (!checked_nbytes(out.tensor.shape, out.tensor.ndim, out.tensor.dtype, &n))
       throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("tensor '{}': a bad shape", out.name));
-    translated([&] {
+    host_errors([&] {
       drv::DeviceGuard g(device_);
       if (index_ == memory_.size()) {
         CUdeviceptr p = 0;

@@ -147,13 +147,19 @@ inline std::pair<std::unique_ptr<Child>, std::string> start_server(
   std::vector<std::string> argv{wt, "serve", "--port", "0"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto c = std::make_unique<Child>(argv, env);
-  auto out = c->wait_for(")\n", std::chrono::seconds(20));
-  if (!out) throw std::runtime_error("wt serve did not start: " + c->output());
-  auto pos = out->find("http://");
-  auto end = out->find(' ', pos);
-  while (auto line = c->next_line(std::chrono::milliseconds(0)))  // past the banner
-    if (line->find("http://") != std::string::npos) break;
-  return {std::move(c), out->substr(pos, end - pos)};
+  // The banner "... listening on http://HOST:PORT (...)"; log lines may come before it.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    auto line = left.count() > 0 ? c->next_line(left) : std::nullopt;
+    if (!line) throw std::runtime_error("wt serve did not start: " + c->output());
+    auto pos = line->find("listening on http://");
+    if (pos == std::string::npos) continue;
+    pos += 13;  // "listening on "
+    auto stop = line->find(' ', pos);
+    return {std::move(c), line->substr(pos, stop == std::string::npos ? stop : stop - pos)};
+  }
 }
 
 }  // namespace wt::cli

@@ -1,6 +1,7 @@
 #include <wt/cuda_host_staging.hpp>
 
 #include <wt/error.hpp>
+#include <wt/sdk_errors_as_host.hpp>
 
 #ifdef WT_RECEIVER_WITH_CUDA
 #include <wt/sdk/cuda_driver.hpp>
@@ -16,23 +17,12 @@ namespace {
 
 namespace drv = sdk::cuda;
 
-// The driver shim reports wt::sdk::Error (it is shared with plugins); the receiver speaks
-// wt::Error.
-template <typename F>
-auto translated(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const sdk::Error& e) {
-    throw Error(e.code(), e.what());
-  }
-}
-
 class CudaHostStaging final : public Receiver::DeviceStaging {
  public:
   explicit CudaHostStaging(int device) : device_(device), stream_(device) {}
 
   void* allocate_host(std::size_t n) override {
-    return translated([&] {
+    return host_errors([&] {
       drv::DeviceGuard g(device_);
       void* p = nullptr;
       // Portable: pinned for every context, so any device's copy may land there.
@@ -56,7 +46,7 @@ class CudaHostStaging final : public Receiver::DeviceStaging {
           WT_ERR_INVALID_ARGUMENT,
           fmt::format("a tensor on device type {} id {} reached a receiver on cuda:{}",
                       static_cast<int>(src.device.device_type), src.device.device_id, device_));
-    translated([&] {
+    host_errors([&] {
       drv::DeviceGuard g(device_);
       drv::check(drv::driver().MemcpyAsync(
                      reinterpret_cast<CUdeviceptr>(dst),
@@ -68,7 +58,7 @@ class CudaHostStaging final : public Receiver::DeviceStaging {
   void* stream() const override { return stream_.get(); }
 
   void synchronize() override {
-    translated([&] { stream_.synchronize(); });
+    host_errors([&] { stream_.synchronize(); });
   }
 
  private:
@@ -79,7 +69,7 @@ class CudaHostStaging final : public Receiver::DeviceStaging {
 }  // namespace
 
 std::shared_ptr<Receiver::DeviceStaging> make_cuda_host_staging(int device) {
-  return translated([&] { return std::make_shared<CudaHostStaging>(device); });
+  return host_errors([&] { return std::make_shared<CudaHostStaging>(device); });
 }
 
 #else

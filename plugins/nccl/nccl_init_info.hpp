@@ -14,37 +14,24 @@
 // are receiver-side backend options.
 #pragma once
 
-#include "../common/rendezvous_fields.hpp"
-
-#include <wt/sdk/plugin.hpp>
+#include "../common/domain_init_info.hpp"
 
 #include <optional>
 
 namespace wt::nccl {
 
-struct NcclInitInfo final : sdk::InitInfoBase {
-  plugins::RendezvousFields rendezvous;
-  std::string device = "cpu";
+struct NcclInitInfo final : plugins::DomainInitInfo {
   bool packed = true;
   int64_t packed_buffer_size_bytes = int64_t{1} << 30;
   int64_t packed_num_buffers = 2;
-  int64_t rendezvous_timeout_s = 60;
-  int64_t transfer_timeout_s = 300;
-
-  // -1: host memory; otherwise the CUDA device.
-  int cuda_device() const { return plugins::RendezvousFields::cuda_device(device); }
 
   nlohmann::json to_json() const override {
-    auto j = rendezvous.to_json();
-    j["device"] = device;
+    auto j = domain_json();
     j["packed"] = packed;
     j["packed_buffer_size_bytes"] = packed_buffer_size_bytes;
     j["packed_num_buffers"] = packed_num_buffers;
-    j["rendezvous_timeout_s"] = rendezvous_timeout_s;
-    j["transfer_timeout_s"] = transfer_timeout_s;
     return j;
   }
-  int64_t rank() const override { return rendezvous.rank; }
 
   // unique_id: the NCCL unique id (base64) of a CUDA group; none for host memory.
   nlohmann::json worker_init_info(const std::optional<std::string>& unique_id = {}) const {
@@ -55,14 +42,11 @@ struct NcclInitInfo final : sdk::InitInfoBase {
   static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {
     sdk::FieldReader r(fields, "init_info for backend 'nccl'");
     auto info = std::make_unique<NcclInitInfo>();
-    info->device = plugins::RendezvousFields::read_device(r);
-    info->rendezvous = plugins::RendezvousFields::read(r, info->device == "cpu");
+    info->read_domain(r);
     info->packed = r.opt_bool("packed", true);
     info->packed_buffer_size_bytes =
         r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
     info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
-    info->rendezvous_timeout_s = r.opt_int("rendezvous_timeout_s", 60);
-    info->transfer_timeout_s = r.opt_int("transfer_timeout_s", 300);
     r.finish();
     if (info->packed_buffer_size_bytes <= 0)
       sdk::fail_field("packed_buffer_size_bytes", WT_ERR_INVALID_ARGUMENT,
@@ -70,11 +54,7 @@ struct NcclInitInfo final : sdk::InitInfoBase {
     if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
       sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'packed_num_buffers' must be in 1..64", r.what());
-    for (auto [key, v] : {std::pair{"rendezvous_timeout_s", info->rendezvous_timeout_s},
-                          std::pair{"transfer_timeout_s", info->transfer_timeout_s}})
-      if (v < 1 || v > 86400)
-        sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' must be in 1..86400",
-                        r.what(), key);
+    info->check_deadlines(r);
     return info;
   }
 };

@@ -58,13 +58,9 @@ NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo&
       sender_(info.rendezvous.rank == 0) {
   if (!source_.valid()) fail(WT_ERR_INVALID_ARGUMENT, "the nccl backend requires a weight source");
   if (!sender_) return;  // no endpoint, no RPC
-  plugins::SenderDomain domain;
-  domain.rendezvous = info.rendezvous;
-  domain.cuda_device = cuda_device_;
-  domain.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
-  domain.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
   group_ = plugins::open_sender_domain(
-      domain, client_, [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
+      info.sender_domain(), client_,
+      [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
       std::move(make_communicator), parked_, aborted_);
   log_.debug("trainer ready: group of {} formed ({})", info.rendezvous.world_size, info.device);
 }

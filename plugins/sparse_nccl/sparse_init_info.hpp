@@ -7,30 +7,14 @@
 // vLLM's 7 keys with the unpacked defaults (packed false, 1 GiB, 2), as the dense worker reads it.
 #pragma once
 
-#include "../common/rendezvous_fields.hpp"
-
-#include <wt/sdk/plugin.hpp>
+#include "../common/domain_init_info.hpp"
 
 #include <optional>
 
 namespace wt::sparse {
 
-struct SparseInitInfo final : sdk::InitInfoBase {
-  plugins::RendezvousFields rendezvous;
-  std::string device = "cpu";
-  int64_t rendezvous_timeout_s = 60;
-  int64_t transfer_timeout_s = 300;
-
-  int cuda_device() const { return plugins::RendezvousFields::cuda_device(device); }
-
-  nlohmann::json to_json() const override {
-    auto j = rendezvous.to_json();
-    j["device"] = device;
-    j["rendezvous_timeout_s"] = rendezvous_timeout_s;
-    j["transfer_timeout_s"] = transfer_timeout_s;
-    return j;
-  }
-  int64_t rank() const override { return rendezvous.rank; }
+struct SparseInitInfo final : plugins::DomainInitInfo {
+  nlohmann::json to_json() const override { return domain_json(); }
 
   nlohmann::json worker_init_info(const std::optional<std::string>& unique_id) const {
     return rendezvous.worker_init_info(unique_id, false, int64_t{1} << 30, 2);
@@ -39,16 +23,9 @@ struct SparseInitInfo final : sdk::InitInfoBase {
   static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {
     sdk::FieldReader r(fields, "init_info for backend 'sparse_nccl'");
     auto info = std::make_unique<SparseInitInfo>();
-    info->device = plugins::RendezvousFields::read_device(r);
-    info->rendezvous = plugins::RendezvousFields::read(r, info->device == "cpu");
-    info->rendezvous_timeout_s = r.opt_int("rendezvous_timeout_s", 60);
-    info->transfer_timeout_s = r.opt_int("transfer_timeout_s", 300);
+    info->read_domain(r);
     r.finish();
-    for (auto [key, v] : {std::pair{"rendezvous_timeout_s", info->rendezvous_timeout_s},
-                          std::pair{"transfer_timeout_s", info->transfer_timeout_s}})
-      if (v < 1 || v > 86400)
-        sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' must be in 1..86400",
-                        r.what(), key);
+    info->check_deadlines(r);
     return info;
   }
 };

@@ -29,13 +29,9 @@ SparseTrainer::SparseTrainer(const sdk::TrainerContext& context, const SparseIni
     fail(WT_ERR_INVALID_ARGUMENT,
          "sparse_nccl takes no WeightSource: each round's patches are what send_weights sends");
   if (!sender_) return;
-  plugins::SenderDomain domain;
-  domain.rendezvous = info.rendezvous;
-  domain.cuda_device = info.cuda_device();
-  domain.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
-  domain.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
   group_ = plugins::open_sender_domain(
-      domain, client_, [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
+      info.sender_domain(), client_,
+      [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
       std::move(make_communicator), parked_, aborted_);
 }
 
