@@ -133,6 +133,10 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       if (need_world_sizes) {
         try {
           ws = c->get("/get_world_size").at("world_size").get<int>();
+          if (ws < 1 || ws > 65536)
+            throw Error(
+                WT_ERR_REMOTE,
+                fmt::format("receiver {}: /get_world_size says {}, not in 1..65536", url, ws));
         } catch (const nlohmann::json::exception& e) {
           throw Error(WT_ERR_REMOTE, fmt::format("receiver {}: /get_world_size gave no world size "
                                                  "({})",

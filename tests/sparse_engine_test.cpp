@@ -250,6 +250,11 @@ TEST(SparseWorkerSpy, UpdateInfoIsCheckedAsVllmChecksIt) {
            {"shapes", {{4}}},
            {"num_updates_list", {-1}}},
           "must be non-negative");
+  refused({{"names", {"w"}},
+           {"dtype_names", {"float32"}},
+           {"shapes", {{4, 4}}},
+           {"num_updates_list", {2147483647}}},
+          "'num_updates_list[0]' is 2147483647, but 'w' has 16 elements");
   EXPECT_TRUE(spy.log->empty());
 }
 

@@ -64,6 +64,17 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
            "invalid update_info for backend 'sparse_nccl': 'num_updates_list[{}]' must be "
            "non-negative (and int32 indices count at most 2^31 - 1), got {}",
            i, counts[i]);
+  // A patch changes at most every element once: a larger count (from the wire) is refused before
+  // anything is allocated for it.
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const std::size_t es = element_size(params[i].dtype);
+    const uint64_t elements = es == 0 ? 0 : list.nbytes[i] / es;
+    if (static_cast<uint64_t>(counts[i]) > elements)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid update_info for backend 'sparse_nccl': 'num_updates_list[{}]' is {}, but "
+           "'{}' has {} elements",
+           i, counts[i], params[i].name, elements);
+  }
   // Every patch arrives before any is applied.
   const bool cuda = device_.device_type == kDLCUDA;
   std::vector<std::vector<int32_t>> indices(params.size());
