@@ -29,11 +29,7 @@ NcclWorker::NcclWorker(const sdk::WorkerContext& context, const nlohmann::json& 
 }
 
 void NcclWorker::start() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (active_) fail(WT_ERR_STATE, "a weight update is already active; call finish first");
-  if (group_ == nullptr || group_->broken())
-    fail(WT_ERR_STATE, "the nccl group broke in an earlier update; initialise the engine again");
-  active_ = true;
+  session_.start(group_.get());
 }
 
 unsigned char* NcclWorker::chunk_buffer(std::size_t slot, uint64_t bytes) {
@@ -53,18 +49,7 @@ void NcclWorker::wait_for_consumer() {
 }
 
 void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
-    receiving_ = true;
-  }
-  struct Done {
-    NcclWorker& w;
-    ~Done() {
-      std::lock_guard<std::mutex> l(w.mu_);
-      w.receiving_ = false;
-    }
-  } done{*this};
+  plugins::WorkerSession::Receiving receiving(session_);
   sdk::FieldReader r(update_info, "update_info for backend 'nccl'");
   auto list = plugins::read_param_list(r);
   r.finish();
@@ -143,17 +128,11 @@ void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef
 }
 
 void NcclWorker::finish() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (!active_) fail(WT_ERR_STATE, "finish called with no active weight update");
-  active_ = false;
+  session_.finish();
 }
 
 void NcclWorker::abort() {
-  std::lock_guard<std::mutex> l(mu_);
-  active_ = false;
-  // Mid-receive, the broadcast it waits in is interrupted (the group is then broken: the engine
-  // must be initialised again). Between updates the group stays as it is.
-  if (receiving_ && group_) group_->abort();
+  session_.abort(group_.get());
 }
 
 }  // namespace wt::nccl

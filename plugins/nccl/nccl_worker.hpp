@@ -8,6 +8,7 @@
 
 #include "../common/communicator.hpp"
 #include "../common/device_bytes.hpp"
+#include "../common/worker_session.hpp"
 
 #include <wt/sdk/plugin.hpp>
 
@@ -45,9 +46,7 @@ class NcclWorker final : public sdk::WorkerBase {
   std::unique_ptr<plugins::Communicator> group_;
   std::vector<std::vector<unsigned char>> host_buffers_;
   std::vector<plugins::DeviceBytes> device_buffers_;
-  std::mutex mu_;  // active_, receiving_: abort() may come from another thread
-  bool active_ = false;
-  bool receiving_ = false;  // a receive is in progress: abort() interrupts its broadcast
+  plugins::WorkerSession session_{"nccl"};
 };
 
 }  // namespace wt::nccl

@@ -22,27 +22,11 @@ SparseWorker::SparseWorker(const sdk::WorkerContext& context, const nlohmann::js
 }
 
 void SparseWorker::start() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (active_) fail(WT_ERR_STATE, "a weight update is already active; call finish first");
-  if (group_ == nullptr || group_->broken())
-    fail(WT_ERR_STATE,
-         "the sparse_nccl group broke in an earlier update; initialise the engine again");
-  active_ = true;
+  session_.start(group_.get());
 }
 
 void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
-    receiving_ = true;
-  }
-  struct Done {
-    SparseWorker& w;
-    ~Done() {
-      std::lock_guard<std::mutex> l(w.mu_);
-      w.receiving_ = false;
-    }
-  } done{*this};
+  plugins::WorkerSession::Receiving receiving(session_);
   // vLLM's SparseNCCLWeightTransferUpdateInfo: names, dtype_names, full shapes, num_updates_list.
   sdk::FieldReader r(update_info, "update_info for backend 'sparse_nccl'");
   auto list = plugins::read_param_list(r);
@@ -119,15 +103,11 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
 }
 
 void SparseWorker::finish() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (!active_) fail(WT_ERR_STATE, "finish called with no active weight update");
-  active_ = false;
+  session_.finish();
 }
 
 void SparseWorker::abort() {
-  std::lock_guard<std::mutex> l(mu_);
-  active_ = false;
-  if (receiving_ && group_) group_->abort();
+  session_.abort(group_.get());
 }
 
 }  // namespace wt::sparse

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "../common/communicator.hpp"
+#include "../common/worker_session.hpp"
 
 #include <wt/sdk/plugin.hpp>
 
@@ -27,9 +28,7 @@ class SparseWorker final : public sdk::WorkerBase {
   sdk::HostLog log_;
   DLDevice device_{kDLCPU, 0};
   std::unique_ptr<plugins::Communicator> group_;
-  std::mutex mu_;  // active_, receiving_: abort() may come from another thread
-  bool active_ = false;
-  bool receiving_ = false;
+  plugins::WorkerSession session_{"sparse_nccl"};
 };
 
 }  // namespace wt::sparse
