@@ -39,6 +39,7 @@ Run add_serve_command(CLI::App& app) {
     unsigned load_threads = 0;
     std::vector<std::string> checkpoint;
     std::vector<std::string> plugin_dirs;
+    std::string plugin_file;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -61,9 +62,20 @@ Run add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--plugin-dir", o->plugin_dirs,
                   "A directory searched for plugins before the default ones (repeatable)");
+  cmd->add_option("--plugin", o->plugin_file,
+                  "Receive through this plugin file (libwt_<backend>.so) instead of searching; "
+                  "--backend defaults to the backend it stands for");
   return [o]() {
     for (const auto& d : o->plugin_dirs) Registry::instance().add_directory(d);
     std::string backend = o->backend;
+    if (!o->plugin_file.empty()) {
+      std::string b = Registry::instance().add_file(o->plugin_file);
+      if (!backend.empty() && backend != b)
+        throw Error(WT_ERR_INVALID_ARGUMENT,
+                    fmt::format("--plugin {} is backend '{}', but --backend says '{}'",
+                                o->plugin_file, b, backend));
+      backend = b;
+    }
     nlohmann::json backend_options = nlohmann::json::object();
     if (!o->config.empty()) {
       nlohmann::json cfg;
@@ -78,7 +90,9 @@ Run add_serve_command(CLI::App& app) {
                     R"(--weight-transfer-config must look like '{"backend": "ipc"}')");
       if (!backend.empty() && backend != cfg["backend"].get<std::string>())
         throw Error(WT_ERR_INVALID_ARGUMENT,
-                    "--backend and --weight-transfer-config name different backends");
+                    fmt::format("--weight-transfer-config names backend '{}', but {} says '{}'",
+                                cfg["backend"].get<std::string>(),
+                                o->plugin_file.empty() ? "--backend" : "--plugin", backend));
       backend = cfg["backend"].get<std::string>();
       // Every other key is a receiver-side option of that backend, checked by its worker engine
       // (strictly: an unknown key fails init_weight_transfer_engine, naming it).

@@ -144,6 +144,42 @@ TEST(AbiGrowable, ATableShorterThanItsSlotsIsRefusedNamingThem) {
   EXPECT_THAT(e.what(), HasSubstr("worker.destroy"));
 }
 
+// ---- the weight source
+// ----------------------------------------------------------------------------
+
+// The host checks every pass against metadata() for every plugin, whatever the plugin checks
+// itself: a short pass, a long one and a renamed item each fail the round at that item.
+TEST(AbiSource, APassThatDisagreesWithItsMetadataFailsTheRoundAtThatItem) {
+  use_abi_plugins();
+  struct Skewed : test::VectorSource {
+    std::vector<ParamMeta> declared;
+    const std::vector<ParamMeta>& metadata() override { return declared; }
+  };
+  auto run = [](auto edit) {
+    test::RecordingClient client;
+    Skewed source;
+    source.add("x", kF32, {4}, 1);
+    source.add("y", kF32, {2, 2}, 2);
+    source.declared = source.VectorSource::metadata();
+    edit(source.declared);
+    auto engine = trainer_init(info_for("testgood"), client, &source);
+    return error_of([&] { engine->send_weights(); });
+  };
+  auto longer = run([](auto& d) { d.push_back({"z", kF32, {1}}); });
+  EXPECT_EQ(longer.code(), WT_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(longer.what(), HasSubstr("ended after 2 tensors, but its metadata declares 3 (the "
+                                       "first missing is 'z')"));
+  auto shorter = run([](auto& d) { d.pop_back(); });
+  EXPECT_THAT(shorter.what(),
+              HasSubstr("yields more tensors than the 1 its metadata declares (item 1 is 'y')"));
+  auto renamed = run([](auto& d) { d[1].name = "w"; });
+  EXPECT_THAT(renamed.what(), HasSubstr("item 1 is 'y' (float32 [2, 2]) but its metadata "
+                                        "declares 'w' (float32 [2, 2]) there"));
+  auto reshaped = run([](auto& d) { d[0].shape = {2, 2}; });
+  EXPECT_THAT(reshaped.what(), HasSubstr("item 0 is 'x' (float32 [4]) but its metadata declares "
+                                         "'x' (float32 [2, 2])"));
+}
+
 // ---- capabilities -------------------------------------------------------------------------------
 
 TEST(AbiCapabilities, HostTensorsToABackendWithoutHostMemoryAreRefused) {

@@ -291,6 +291,12 @@ TEST(NcclTrainerSpy, ABlockedRpcIsNeverWaitedForWhenTheSourceFails) {
       released = true;
       cv.notify_all();
     }
+    // Answers at once, as wt serve's route does (the default would send an update, which blocks).
+    void end_weight_update(std::string_view reason) override {
+      std::lock_guard<std::mutex> l(mu);
+      ended = std::string(reason);
+    }
+    std::string ended;
   } client;
   ScriptedSource s;
   s.add("a", {kDLFloat, 32, 1}, {2}, 1);
@@ -309,6 +315,10 @@ TEST(NcclTrainerSpy, ABlockedRpcIsNeverWaitedForWhenTheSourceFails) {
       EXPECT_THAT(e.what(), HasSubstr("the source failed"));
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    {
+      std::lock_guard<std::mutex> l(client.mu);
+      EXPECT_THAT(client.ended, HasSubstr("the source failed")) << "the round is ended there";
+    }
     client.release();  // the parked RPC thread is joined with the engine
   }
 }

@@ -1,11 +1,13 @@
 #include <wt/engine.hpp>
 
+#include <wt/dtype.hpp>
 #include <wt/log.hpp>
 
 #include "internal.hpp"
 #include "plugin_table.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -70,33 +72,102 @@ T element(const T* array, std::size_t i, std::size_t min_size, const char* what)
 
 // The weight source as the plugin sees it: the host's own C view, with each tensor checked against
 // the plugin's memory capabilities as it is iterated.
+// The weight source as plugins see it. Besides the memory kinds, the host checks that every pass
+// agrees with metadata() item for item (name, dtype, shape) and yields exactly as many tensors:
+// a pass that disagrees fails at the first mismatch, so no backend can deliver a round whose
+// tensors are not the ones it announced (a short pass would otherwise commit a partial model).
 struct TrainerEngine::CheckedSource {
   const Plugin& plugin;
   const wt_weight_source* inner;
   wt_weight_source c{};
+  std::vector<ParamMeta> declared;  // metadata() as of this pass
+  bool fresh = false;               // the plugin called metadata() since the last end()
+  std::size_t index = 0;            // items yielded in this pass
+
+  // Copies what metadata() returned (growable elements, stepped by their struct_size).
+  void remember(const wt_param_meta* params, std::size_t count) {
+    declared.clear();
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto* m = WT_ELEMENT(wt_param_meta, params, i);
+      declared.push_back({m->name ? m->name : "", m->dtype,
+                          m->ndim > 0 && m->shape
+                              ? std::vector<int64_t>(m->shape, m->shape + m->ndim)
+                              : std::vector<int64_t>{}});
+    }
+    fresh = true;
+  }
+  // The item `out` against the declaration at `index`; throws naming the first difference.
+  void check_item(const wt_tensor& out) {
+    const std::string name = out.name ? out.name : "";
+    if (index >= declared.size())
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("the weight source yields more tensors than the {} its metadata "
+                              "declares (item {} is '{}')",
+                              declared.size(), index, name));
+    const ParamMeta& want = declared[index];
+    const DLTensor& t = out.tensor;
+    const bool shape_ok =
+        t.ndim == static_cast<int32_t>(want.shape.size()) &&
+        (t.ndim == 0 ||
+         (t.shape != nullptr && std::equal(want.shape.begin(), want.shape.end(), t.shape)));
+    if (name != want.name || !(t.dtype == want.dtype) || !shape_ok) {
+      std::vector<int64_t> got;
+      if (t.ndim > 0 && t.shape != nullptr) got.assign(t.shape, t.shape + t.ndim);
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("the weight source's item {} is '{}' ({} [{}]) but its metadata "
+                              "declares '{}' ({} [{}]) there",
+                              index, name, torch_name(t.dtype), fmt::join(got, ", "), want.name,
+                              torch_name(want.dtype), fmt::join(want.shape, ", ")));
+    }
+    ++index;
+  }
 
   CheckedSource(const Plugin& p, const wt_weight_source* source) : plugin(p), inner(source) {
     c = *inner;
     c.ctx = this;
     c.metadata = [](void* ctx, const wt_param_meta** params, size_t* count, char* err, size_t cap) {
       auto* self = static_cast<CheckedSource*>(ctx);
-      return self->inner->metadata(self->inner->ctx, params, count, err, cap);
+      wt_status s = self->inner->metadata(self->inner->ctx, params, count, err, cap);
+      if (s != WT_OK) return s;
+      return host_guard(err, cap, [&] { self->remember(*params, *count); });
     };
     c.begin = [](void* ctx, char* err, size_t cap) {
       auto* self = static_cast<CheckedSource*>(ctx);
+      self->index = 0;
+      // Asking the source ourselves is safe only when the plugin holds no metadata pointer,
+      // i.e. it has not asked since the last end() (which ended those pointers).
+      if (!self->fresh) {
+        const wt_param_meta* params = nullptr;
+        size_t count = 0;
+        wt_status s = self->inner->metadata(self->inner->ctx, &params, &count, err, cap);
+        if (s != WT_OK) return s;
+        wt_status r = host_guard(err, cap, [&] { self->remember(params, count); });
+        if (r != WT_OK) return r;
+      }
       return self->inner->begin(self->inner->ctx, err, cap);
     };
     c.next = [](void* ctx, wt_tensor* out, int32_t* done, char* err, size_t cap) {
       auto* self = static_cast<CheckedSource*>(ctx);
       wt_status s = self->inner->next(self->inner->ctx, out, done, err, cap);
-      if (s != WT_OK || *done) return s;
+      if (s != WT_OK) return s;
       return host_guard(err, cap, [&] {
+        if (*done) {
+          if (self->index < self->declared.size())
+            throw Error(
+                WT_ERR_INVALID_ARGUMENT,
+                fmt::format("the weight source ended after {} tensors, but its metadata "
+                            "declares {} (the first missing is '{}')",
+                            self->index, self->declared.size(), self->declared[self->index].name));
+          return;
+        }
         check_memory(self->plugin, out->tensor.device.device_type, "tensor",
                      out->name ? out->name : "");
+        self->check_item(*out);
       });
     };
     c.end = [](void* ctx) {
       auto* self = static_cast<CheckedSource*>(ctx);
+      self->fresh = false;
       self->inner->end(self->inner->ctx);
     };
   }

@@ -802,7 +802,8 @@ HttpServer::HttpServer(Receiver& receiver, Options options) : options_(std::move
     });
   });
   get("/health", [r](const httplib::Request&, httplib::Response& res) {
-    reply(res, 200, {{"status", "ok"}, {"backend", r->backend()}});
+    reply(res, 200,
+          {{"status", "ok"}, {"backend", r->backend()}, {"update_active", r->session_active()}});
   });
 }
 

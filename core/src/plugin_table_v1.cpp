@@ -7,7 +7,8 @@
 //   trainer.create        args struct -> positional; the weight source is re-presented with v1's
 //                         fixed-size wt_tensor / wt_param_meta (no struct_size)
 //   trainer.send_weights  growable patches -> v1 patches; the stream is not passed (v1 plugins
-//                         synchronise the device themselves)
+//                         synchronise the device themselves); after a failure on the sender
+//                         rank the host ends the inference side's update (v1 had no way to)
 //   worker.create         args struct -> host, json, wt_worker_options_v1; receiver-side backend
 //                         options are refused (v1 cannot take them)
 //   worker.receive        the loader -> a v1 load callback whose tensors are re-presented as
@@ -81,6 +82,8 @@ struct TrainerV1 {
   wt_trainer* inner = nullptr;
   wt_client_v1 client{};
   std::unique_ptr<SourceV1> source;
+  const wt_client* host_client = nullptr;  // the host's own (version 2) client
+  bool sender = false;
 };
 
 TrainerV1* unwrap(wt_trainer* e) {
@@ -135,6 +138,8 @@ class TableV1 final : public PluginTable {
       w->client.abi_version = 1;
     }
     if (args.source != nullptr) w->source = std::make_unique<SourceV1>(args.source);
+    w->host_client = args.client;
+    w->sender = args.info != nullptr && api_->init_info->is_sender(args.info) != 0;
     wt_status s = api_->trainer->create(
         args.host, args.info, args.client != nullptr ? &w->client : nullptr,
         w->source ? &w->source->c : nullptr, args.group, &w->inner, err, err_cap);
@@ -155,7 +160,18 @@ class TableV1 final : public PluginTable {
     a.weight_version = args.weight_version;
     a.patches = patches.empty() ? nullptr : patches.data();
     a.num_patches = patches.size();
-    return api_->trainer->send_weights(unwrap(e)->inner, &a);
+    TrainerV1* t = unwrap(e);
+    wt_status s = api_->trainer->send_weights(t->inner, &a);
+    // Version 1 had no way to end a failed round on the inference side; the host does it for the
+    // plugin's sender, so the next start is accepted there (ending when none is active is fine).
+    if (s != WT_OK && t->sender && t->host_client != nullptr &&
+        t->host_client->struct_size >= offsetof(wt_client, end_weight_update) + sizeof(void*) &&
+        t->host_client->end_weight_update != nullptr) {
+      char err[256] = {0};
+      const char* why = api_->trainer->last_error(t->inner);
+      t->host_client->end_weight_update(t->host_client->ctx, why, err, sizeof err);
+    }
+    return s;
   }
   wt_status abort_trainer(wt_trainer* e) const override {
     return api_->trainer->abort(unwrap(e)->inner);

@@ -118,6 +118,10 @@ std::map<std::string, std::string> list_dir(const std::string& dir) {
 
 }  // namespace
 
+std::string backend_of_plugin_file(const std::string& path) {
+  return backend_from_filename(fs::path(path).filename().string());
+}
+
 Plugin::Plugin(std::shared_ptr<boost::dll::shared_library> lib,
                std::unique_ptr<detail::PluginTable> table, std::string path, std::string backend,
                std::string version, uint32_t abi_version, uint64_t capabilities)
@@ -246,6 +250,20 @@ std::vector<std::string> Registry::added_directories() const {
   return extra_dirs_;
 }
 
+std::string Registry::add_file(const std::string& path) {
+  std::string backend = backend_of_plugin_file(path);
+  if (backend.empty())
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{} is not named like a plugin: expected libwt_<backend>.so", path));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, plugin] : loaded_)
+    if (name == backend && plugin->path() != path)
+      throw Error(WT_ERR_STATE, fmt::format("backend '{}' is already loaded from {}, not {}",
+                                            backend, plugin->path(), path));
+  files_[backend] = path;
+  return backend;
+}
+
 std::shared_ptr<const Plugin> Registry::get(const std::string& backend) {
   if (backend.empty() || backend.find('/') != std::string::npos)
     throw Error(
@@ -256,6 +274,13 @@ std::shared_ptr<const Plugin> Registry::get(const std::string& backend) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [name, plugin] : loaded_)
     if (name == backend) return plugin;
+  if (auto f = files_.find(backend); f != files_.end()) {
+    ++load_attempts_[backend];
+    auto plugin = load_plugin_file(f->second, backend);
+    loaded_.push_back({backend, plugin});
+    logger()->info("backend '{}' loaded from {} (given as a file)", backend, f->second);
+    return plugin;
+  }
 
   std::set<std::string> found;
   for (const auto& dir : dirs) {

@@ -89,6 +89,12 @@ class Registry {
   // The directories added with add_directory(), in order (e.g. to hand a config's plugin_dirs on
   // to a child process such as an embedded `wt serve --plugin-dir`).
   std::vector<std::string> added_directories() const;
+  // Makes `path` (named libwt_<backend>.so) the plugin of its backend in this process, ahead of
+  // every directory: for a tool checking one file (`wt conformance`, `wt serve --plugin`).
+  // Nothing is opened yet; the usual checks run at first use. Returns the backend. Throws
+  // wt::Error (WT_ERR_INVALID_ARGUMENT) for a file not named like a plugin, and
+  // (WT_ERR_STATE) when the backend is already loaded from another file.
+  std::string add_file(const std::string& path);
 
   // Loads the backend's plugin on first use; throws wt::Error (WT_ERR_NOT_FOUND,
   // WT_ERR_INCOMPATIBLE, WT_ERR_SYSTEM) with a message naming the file or the directories.
@@ -116,9 +122,13 @@ class Registry {
   Registry() = default;
   mutable std::mutex mu_;
   std::vector<std::string> extra_dirs_;
+  std::map<std::string, std::string> files_;  // backend -> file, from add_file()
   std::vector<std::pair<std::string, std::shared_ptr<const Plugin>>> loaded_;
   std::map<std::string, int> load_attempts_;
 };
+
+// The backend a plugin file stands for: "x" for ".../libwt_x.so", "" for any other name.
+std::string backend_of_plugin_file(const std::string& path);
 
 // Opens and validates one plugin file; throws wt::Error. `backend` is the name the file stands
 // for (libwt_<backend>.so). Exposed for tests and tools.

@@ -19,6 +19,8 @@
  * with RTLD_NOW | RTLD_LOCAL, and never unloads it. Everything else the plugin offers is reached
  * through the table it returns. Deploying a plugin is copying that one file into a directory on
  * the plugin search path (WT_PLUGIN_PATH, a config's plugin_dirs, or <libdir>/wt/plugins).
+ * `wt conformance libwt_<backend>.so` checks a plugin against everything this header says, and
+ * docs/plugin-authoring.md walks through writing one (examples/file_backend is a complete one).
  *
  * ------------------------------------------------------------------------------------------------
  * Version negotiation (both ways)
@@ -213,7 +215,9 @@ typedef struct wt_client {
 /* ------------------------------------------------------------------------------------------------
  * Weight source (implemented by the host, trainer side): what to send.
  *   metadata() declares every parameter without moving data; begin()/next()/end() iterate a fresh
- *   pass. The two must agree item for item: same names, order, dtypes and shapes.
+ *   pass. The two must agree item for item: same names, order, dtypes and shapes. The host checks
+ *   it: an item that disagrees, or a pass that ends early or runs long, makes next() fail with
+ *   WT_ERR_INVALID_ARGUMENT naming the item, so an engine never delivers an unannounced model.
  * Only one pass is open at a time. Tensors returned by next() stay valid until end(): an engine
  * calls end() only after the inference side has loaded them.
  * --------------------------------------------------------------------------------------------- */

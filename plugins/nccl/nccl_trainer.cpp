@@ -107,6 +107,9 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
       std::lock_guard<std::mutex> l(group_mu_);
       group_.reset();
     }
+    // The round began on the inference side (start): end it there, so it drops what arrived and
+    // keeps its weights, and the next start is accepted (wt_plugin.h, send_weights).
+    client_.end_weight_update(sdk::message_of(std::current_exception()));
     throw;
   }
   client_.finish_weight_update(args.weight_version);

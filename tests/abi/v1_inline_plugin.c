@@ -34,25 +34,68 @@ static void put(char* buf, size_t cap, const char* msg) {
   }
 }
 
-/* ---- init info: {"rank": N} plus "backend"; nothing else is looked at ---- */
+/* ---- init info: a flat JSON object with "rank" (a non-negative integer) and "backend"
+ * ("v1inline"); any other key, or a value of another type, is refused naming the field ---- */
+static const char* skip_ws(const char* p) {
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
+  return p;
+}
+static wt_status refuse(char* err, size_t err_cap, const char* what, const char* key) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "invalid init_info for backend 'v1inline': %s%s%s", what,
+           key != NULL ? key : "", key != NULL ? "'" : "");
+  put(err, err_cap, msg);
+  return WT_ERR_INVALID_ARGUMENT;
+}
 static wt_status parse_json(const wt_host_api* host, const char* json, wt_init_info** out,
                             char* err, size_t err_cap) {
-  const char* r;
+  const char* p = json != NULL ? skip_ws(json) : NULL;
+  long long r = 0;
   wt_init_info* info;
   (void)host;
-  if (json == NULL || json[0] != '{') {
-    put(err, err_cap, "invalid init_info for backend 'v1inline': expected a JSON object");
-    return WT_ERR_INVALID_ARGUMENT;
+  if (p == NULL || *p != '{') return refuse(err, err_cap, "expected a JSON object", NULL);
+  p = skip_ws(p + 1);
+  while (*p != '}') {
+    char key[64];
+    size_t n = 0;
+    if (*p != '"') return refuse(err, err_cap, "not a flat JSON object", NULL);
+    for (++p; *p != '\0' && *p != '"'; ++p) {
+      if (*p == '\\' || n + 1 >= sizeof key)
+        return refuse(err, err_cap, "a key is too long or escaped", NULL);
+      key[n++] = *p;
+    }
+    if (*p != '"') return refuse(err, err_cap, "not a flat JSON object", NULL);
+    key[n] = '\0';
+    p = skip_ws(p + 1);
+    if (*p != ':') return refuse(err, err_cap, "not a flat JSON object", NULL);
+    p = skip_ws(p + 1);
+    if (strcmp(key, "backend") == 0) {
+      if (strncmp(p, "\"v1inline\"", 10) != 0)
+        return refuse(err, err_cap, "expected \"v1inline\" in field '", "backend");
+      p += 10;
+    } else if (strcmp(key, "rank") == 0) {
+      char* end;
+      if (*p < '0' || *p > '9')
+        return refuse(err, err_cap, "expected a non-negative integer in field '", "rank");
+      r = strtoll(p, &end, 10);
+      if (r < 0 || r > 1000000 || *end == '.' || *end == 'e' || *end == 'E')
+        return refuse(err, err_cap, "expected a non-negative integer in field '", "rank");
+      p = end;
+    } else {
+      return refuse(err, err_cap, "unknown field '", key);
+    }
+    p = skip_ws(p);
+    if (*p == ',') {
+      p = skip_ws(p + 1);
+      if (*p == '}') return refuse(err, err_cap, "not a flat JSON object", NULL);
+    } else if (*p != '}') {
+      return refuse(err, err_cap, "not a flat JSON object", NULL);
+    }
   }
+  if (*skip_ws(p + 1) != '\0') return refuse(err, err_cap, "text after the object", NULL);
   info = (wt_init_info*)calloc(1, sizeof *info);
   if (info == NULL) return WT_ERR_SYSTEM;
-  r = strstr(json, "\"rank\":");
-  if (r != NULL) info->rank = strtoll(r + 7, NULL, 10);
-  if (info->rank < 0) {
-    free(info);
-    put(err, err_cap, "invalid init_info for backend 'v1inline': field 'rank' must be >= 0");
-    return WT_ERR_INVALID_ARGUMENT;
-  }
+  info->rank = (int64_t)r;
   *out = info;
   return WT_OK;
 }
@@ -178,8 +221,13 @@ static void trainer_destroy(wt_trainer* t) {
 static wt_status worker_create(const wt_host_api* host, const char* init_info_json,
                                const wt_worker_options* options, wt_worker** out, char* err,
                                size_t err_cap) {
+  const char* p = init_info_json != NULL ? skip_ws(init_info_json) : NULL;
   (void)host;
-  (void)init_info_json;
+  /* The trainer ships "{}": this worker takes no fields. */
+  if (p == NULL || *p != '{' || *(p = skip_ws(p + 1)) != '}' || *skip_ws(p + 1) != '\0') {
+    put(err, err_cap, "invalid init_info for backend 'v1inline' (worker): expected {}");
+    return WT_ERR_INVALID_ARGUMENT;
+  }
   if (options != NULL && options->device.device_type != kDLCPU) {
     put(err, err_cap, "v1inline keeps weights in host memory only");
     return WT_ERR_UNSUPPORTED;

@@ -51,6 +51,17 @@ inline std::string field_named_in(const std::string& message) {
   return end == std::string::npos ? "" : message.substr(p, end - p);
 }
 
+// The message of a caught exception (e.g. for client.end_weight_update in a catch (...) block).
+inline std::string message_of(std::exception_ptr e) noexcept {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 // Copies a message into a caller-provided buffer, truncating and always terminating.
 inline void write_message(char* buf, std::size_t cap, const std::string& msg) noexcept {
   if (buf == nullptr || cap == 0) return;

@@ -1,0 +1,46 @@
+// `wt conformance`: the checks a backend author runs on a plugin file before shipping it. Each
+// check has a name, a one-line statement of what it verifies and a deadline; they run in a child
+// process (run_checks) that reports through a Reporter, so a plugin that crashes or hangs fails
+// the check it was in instead of taking the tool with it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace wt::cli::conformance {
+
+struct CheckDef {
+  const char* name;
+  const char* verifies;
+  int deadline_s;
+};
+
+// Every check, in the order they run.
+const std::vector<CheckDef>& checks();
+
+enum class Outcome { pass, fail, skip };
+
+class Reporter {
+ public:
+  virtual ~Reporter() = default;
+  // What the plugin says of itself (backend, version, ABI, capabilities), once it loaded.
+  virtual void plugin(const nlohmann::json& info) = 0;
+  virtual void begin(const std::string& check) = 0;
+  virtual void end(const std::string& check, Outcome outcome, const std::string& detail) = 0;
+};
+
+struct Options {
+  std::string path;                                          // the plugin file
+  nlohmann::json init_info = nlohmann::json::object();       // the fields the loopback needs
+  nlohmann::json worker_options = nlohmann::json::object();  // receiver-side backend options
+  int rounds = 3;
+  std::string wt_program;  // this program, to start `wt serve` for the worker side
+  std::string work_dir;    // a fresh directory for the checkpoint and the worker's files
+};
+
+// Runs every check in order (a check whose precondition failed is skipped, saying which).
+void run_checks(const Options& options, Reporter& reporter);
+
+}  // namespace wt::cli::conformance

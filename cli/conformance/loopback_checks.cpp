@@ -1,0 +1,422 @@
+// The checks that move weights: the plugin's trainer engine here, its worker engine in a `wt serve`
+// child process started on the same file, talking through the real HTTP control plane. The client
+// between them is the harness's own, so it can hold a call back (for the abort check).
+#include "check_context.hpp"
+
+#include "../subprocess.hpp"
+#include "../training_step.hpp"
+
+#include <wt/checkpoint_gen.hpp>
+#include <wt/checksum.hpp>
+#include <wt/error.hpp>
+#include <wt/http_client.hpp>
+#include <wt/wt.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace wt::cli::conformance {
+
+using Clock = std::chrono::steady_clock;
+using Checksums = std::map<std::string, std::string>;
+
+namespace {
+
+constexpr auto kAbortDeadline = std::chrono::seconds(5);
+constexpr double kChangedFraction = 0.01;
+
+// The trainer's view of the worker: HTTP to the `wt serve` child, with update_weights optionally
+// held back. A held call is released by abort_calls() (what the host does when it aborts an
+// engine) only when it blocks the thread that runs send_weights: then the plugin cannot return
+// without the host's help. A call held on a side thread of the plugin is released only by
+// release(), after the abort check has seen whether the plugin's own abort() ended the round.
+class HarnessClient : public Client {
+ public:
+  explicit HarnessClient(const std::string& url) : http_(url, options()) {}
+  void init_weight_transfer_engine(std::string_view json) override {
+    http_.init_weight_transfer_engine(json);
+  }
+  void start_weight_update() override { http_.start_weight_update(); }
+  void update_weights(std::string_view json) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (hold_) {
+        held_ = true;
+        held_thread_ = std::this_thread::get_id();
+        cv_.notify_all();
+        cv_.wait_for(l, std::chrono::seconds(120), [&] { return released_; });
+        throw Error(WT_ERR_ABORTED, "update_weights was held by the harness until the abort");
+      }
+    }
+    http_.update_weights(json);
+  }
+  void finish_weight_update(const std::optional<std::string>& v) override {
+    http_.finish_weight_update(v);
+  }
+  void end_weight_update(std::string_view reason) override { http_.end_weight_update(reason); }
+  void abort_calls() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (held_ && held_thread_ == sender_thread_) released_ = true;
+    }
+    cv_.notify_all();
+  }
+  void hold_updates(std::thread::id sender_thread) {
+    std::lock_guard<std::mutex> l(mu_);
+    hold_ = true;
+    sender_thread_ = sender_thread;
+  }
+  // Whether the held call blocks send_weights' own thread (known once held).
+  bool held_on_sender_thread() {
+    std::lock_guard<std::mutex> l(mu_);
+    return held_ && held_thread_ == sender_thread_;
+  }
+  bool wait_held(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, d, [&] { return held_; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  static HttpClient::Options options() {
+    HttpClient::Options o;
+    o.timeout = std::chrono::seconds(60);
+    return o;
+  }
+  HttpClient http_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_ = false, held_ = false, released_ = false;
+  std::thread::id held_thread_, sender_thread_;
+};
+
+// A source that declares every tensor but stops one short: a round the engine must refuse.
+class TruncatedSource : public WeightSource {
+ public:
+  explicit TruncatedSource(WeightSource& inner) : inner_(inner) {}
+  const std::vector<ParamMeta>& metadata() override { return inner_.metadata(); }
+  void begin() override {
+    inner_.begin();
+    given_ = 0;
+  }
+  bool next(wt_tensor& out) override {
+    if (given_ + 1 >= inner_.metadata().size()) return false;
+    ++given_;
+    return inner_.next(out);
+  }
+  void end() override { inner_.end(); }
+
+ private:
+  WeightSource& inner_;
+  std::size_t given_ = 0;
+};
+
+}  // namespace
+
+// The worker side and the trainer's data, alive from the loopback check to the last one.
+struct Loopback {
+  std::unique_ptr<Child> server;
+  std::string url;
+  // Reads the server's output as it comes (a chatty worker must not block on a full pipe) and
+  // copies it to this process's log, which `wt conformance` shows when a check fails.
+  std::thread drainer;
+  std::atomic<bool> stop{false};
+  // An abort check that left a send_weights blocked: what it reads must not change under it.
+  bool poisoned = false;
+
+  ~Loopback() {
+    stop = true;
+    if (drainer.joinable()) drainer.join();
+  }
+  void start_draining() {
+    drainer = std::thread([this] {
+      std::size_t shown = 0;
+      while (!stop) {
+        server->drain();
+        const std::string& out = server->output();
+        if (out.size() > shown) {
+          std::fwrite(out.data() + shown, 1, out.size() - shown, stderr);
+          shown = out.size();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+  // Whether the worker's update session is still open (`wt serve`'s /health says).
+  bool session_open() { return HttpClient(url).get("/health").value("update_active", true); }
+  int worker_world_size = 1;
+  bool sparse = false;
+  std::unique_ptr<SafetensorsSource> checkpoint;
+  std::vector<std::vector<unsigned char>> previous;  // sparse: what the worker holds
+  Checksums verified;                                // the worker's weights after the last round
+  int round = 0;
+
+  // One trainer engine and the client it uses (the engine is destroyed first).
+  struct Trainer {
+    std::unique_ptr<HarnessClient> client;
+    std::unique_ptr<TrainerEngine> engine;
+    ~Trainer() { engine.reset(); }
+  };
+
+  // `source`: what a dense trainer sends (default: the checkpoint).
+  std::unique_ptr<Trainer> trainer(Context& ctx, WeightSource* source = nullptr) {
+    auto t = std::make_unique<Trainer>();
+    t->client = std::make_unique<HarnessClient>(url);
+    auto fields = init_fields_for_trainer(ctx, worker_world_size);
+    try {
+      t->engine =
+          trainer_init(InitInfo::from_object(fields, "the loopback's init info"), *t->client,
+                       sparse   ? nullptr
+                       : source ? source
+                                : checkpoint.get());
+    } catch (const Error& e) {
+      fail("trainer_init with {} failed: {}", fields.dump(), e.what());
+    }
+    return t;
+  }
+
+  Checksums expected() {
+    Checksums out;
+    const auto& meta = checkpoint->metadata();
+    for (std::size_t i = 0; i < checkpoint->size(); ++i) {
+      auto b = checkpoint->bytes(i);
+      out[meta[i].name] = checksum_bytes(b.data(), b.size());
+    }
+    return out;
+  }
+  Checksums worker() { return HttpClient(url).weight_checksums(); }
+
+  // Where the worker's weights differ from `want`, in words ("" when they do not).
+  std::string differences(const Checksums& want) {
+    Checksums have = worker();
+    std::vector<std::string> bad;
+    for (const auto& [name, sum] : want) {
+      auto it = have.find(name);
+      if (it == have.end() || it->second != sum) bad.push_back(name);
+    }
+    if (bad.empty()) return "";
+    return fmt::format("{} of {} tensors differ on the worker, first '{}'", bad.size(), want.size(),
+                       bad.front());
+  }
+
+  // The next training step, and what a round sends for it.
+  SendOptions next_round(std::vector<Delta>& deltas) {
+    perturb(*checkpoint, kChangedFraction, 1000003ULL * 7 + static_cast<uint64_t>(round));
+    SendOptions o;
+    o.weight_version = fmt::format("conformance-{}", round++);
+    if (sparse) {
+      deltas = deltas_against(*checkpoint, previous);
+      for (const auto& d : deltas) o.patches.push_back(d.patch());
+    }
+    return o;
+  }
+  // Sends one round through `t` and checks every byte on the worker.
+  void verified_round(Trainer& t, const std::string& what) {
+    std::vector<Delta> deltas;
+    SendOptions o = next_round(deltas);
+    auto before = previous;
+    try {
+      t.engine->send_weights(o);
+    } catch (const Error& e) {
+      previous = std::move(before);
+      fail("{}: send_weights failed: {}", what, e.what());
+    }
+    Checksums want = expected();
+    if (auto d = differences(want); !d.empty()) fail("{}: {}", what, d);
+    verified = std::move(want);
+  }
+};
+
+namespace {
+
+Loopback& loopback(Context& ctx) {
+  if (!ctx.loopback) throw Skipped("the loopback did not start");
+  return *ctx.loopback;
+}
+
+std::string seconds(Clock::duration d) {
+  return fmt::format("{:.2f} s", std::chrono::duration<double>(d).count());
+}
+
+}  // namespace
+
+void check_loopback(Context& ctx, std::string& detail) {
+  const uint64_t c = ctx.plugin->capabilities();
+  if (!(c & WT_CAP_TRAINER) || !(c & WT_CAP_WORKER))
+    throw Skipped("needs both a trainer and a worker engine in the plugin");
+  if (!(c & WT_CAP_HOST_MEMORY)) throw Skipped("the loopback moves host memory; CUDA only here");
+  auto lb = std::make_shared<Loopback>();
+  lb->sparse = (c & WT_CAP_SPARSE) != 0;
+  // A small model (a tiny decoder layout, bf16): the same checkpoint on both sides.
+  const std::string model = ctx.options.work_dir + "/model";
+  auto files = write_synthetic_checkpoint(model, model_layout("tiny", {kDLBfloat, 16, 1}), 7);
+  lb->checkpoint =
+      std::make_unique<SafetensorsSource>(files, SafetensorsSource::Memory::private_copy_on_write);
+  std::vector<std::string> args{"--plugin", ctx.options.path};
+  if (!ctx.options.worker_options.empty()) {
+    nlohmann::json cfg = ctx.options.worker_options;
+    cfg["backend"] = ctx.backend;
+    args.insert(args.end(), {"--weight-transfer-config", cfg.dump()});
+  }
+  // A delta backend's worker starts from the base checkpoint, as an inference server would.
+  if (lb->sparse) {
+    args.insert(args.end(), {"--load-checkpoint", model});
+    lb->previous = snapshot(*lb->checkpoint);
+  }
+  try {
+    std::tie(lb->server, lb->url) = start_server(ctx.options.wt_program, args);
+  } catch (const std::exception& e) {
+    fail("the worker side (wt serve --plugin {}) did not start: {}", ctx.options.path, e.what());
+  }
+  lb->worker_world_size = HttpClient(lb->url).get("/get_world_size").value("world_size", 1);
+  ctx.loopback = lb;
+  auto t = lb->trainer(ctx);
+  auto start = Clock::now();
+  for (int r = 0; r < ctx.options.rounds; ++r)
+    lb->verified_round(*t, fmt::format("round {}", r + 1));
+  detail = fmt::format("{} rounds of {} tensors ({} bytes{}) verified on the worker in {}",
+                       ctx.options.rounds, lb->checkpoint->size(), lb->checkpoint->total_bytes(),
+                       lb->sparse ? ", sent as 1% patches" : "", seconds(Clock::now() - start));
+}
+
+void check_rejected_update(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.verified.empty()) throw Skipped("no round was verified");
+  TruncatedSource truncated(*lb.checkpoint);
+  auto t = lb.trainer(ctx, &truncated);
+  std::vector<Delta> deltas;
+  auto before = lb.previous;
+  SendOptions o = lb.next_round(deltas);
+  std::string what;
+  try {
+    if (lb.sparse) {
+      // One bad patch among good ones: an index one past the end of its tensor.
+      Delta bad = deltas.front();
+      uint64_t numel = 1;
+      for (auto d : bad.full_shape) numel *= static_cast<uint64_t>(d);
+      bad.indices.back() = static_cast<int32_t>(numel);
+      o.patches.back() = bad.patch();
+      what = fmt::format("a round whose last patch has index {} in '{}' ({} elements)", numel,
+                         bad.name, numel);
+      t->engine->send_weights(o);
+    } else {
+      what = "a source that declares every tensor but yields one fewer";
+      t->engine->send_weights(o);
+    }
+    fail("send_weights accepted {}", what);
+  } catch (const Error& e) {
+    detail = fmt::format("{}: refused ({})", what, status_name(e.code()));
+  }
+  lb.previous = std::move(before);
+  if (auto d = lb.differences(lb.verified); !d.empty())
+    fail("after the refused round ({}), {}", what, d);
+  if (lb.session_open())
+    fail(
+        "after the refused round ({}) the worker's update session is still open: a trainer that "
+        "fails a round it started must end it with client->end_weight_update",
+        what);
+  detail += "; the worker's weights are unchanged and its session ended";
+}
+
+void check_abort(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.verified.empty()) throw Skipped("no round was verified");
+  // Everything the sending thread uses, owned with it: a send_weights that never returns keeps it
+  // alive instead of reading freed memory.
+  struct Round {
+    std::unique_ptr<Loopback::Trainer> trainer;
+    std::vector<Delta> deltas;
+    SendOptions options;
+    std::promise<std::pair<wt_status, std::string>> done;
+  };
+  auto round = std::make_shared<Round>();
+  round->trainer = lb.trainer(ctx);
+  auto before = lb.previous;
+  round->options = lb.next_round(round->deltas);
+  auto result = round->done.get_future();
+  HarnessClient& client = *round->trainer->client;
+  std::promise<std::thread::id> started;
+  auto sender_id = started.get_future();
+  std::promise<void> armed;
+  std::shared_future<void> go = armed.get_future().share();
+  std::thread([round, &started, go]() {
+    started.set_value(std::this_thread::get_id());
+    go.wait();
+    try {
+      round->trainer->engine->send_weights(round->options);
+      round->done.set_value({WT_OK, ""});
+    } catch (const Error& e) {
+      round->done.set_value({e.code(), e.what()});
+    }
+  }).detach();
+  // The hold is armed before send_weights can reach update_weights: the thread waits for it.
+  client.hold_updates(sender_id.get());
+  armed.set_value();
+  auto give_up = [&](const std::string& why) {
+    lb.poisoned = true;  // the thread may still read the checkpoint
+    client.release();
+    fail("{}", why);
+  };
+  if (!client.wait_held(std::chrono::seconds(30))) {
+    if (result.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+      fail("send_weights ended before its update_weights call: {}", result.get().second);
+    give_up("send_weights did not reach update_weights within 30 s");
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it block for real
+  const bool in_client_call = client.held_on_sender_thread();
+  auto t0 = Clock::now();
+  try {
+    round->trainer->engine->abort();  // the plugin's abort, then the host's release of its calls
+  } catch (const Error& e) {
+    give_up(fmt::format("abort() failed: {}", e.what()));
+  }
+  if (result.wait_for(kAbortDeadline) != std::future_status::ready)
+    give_up(fmt::format("send_weights was still blocked {} s after abort() from another thread{}",
+                        kAbortDeadline.count(),
+                        in_client_call ? ""
+                                       : " (it waits in its own code, the update call being on a "
+                                         "side thread: the plugin's abort must end that wait)"));
+  auto took = Clock::now() - t0;
+  client.release();  // a side thread's held call, if any
+  auto [code, message] = result.get();
+  if (code != WT_ERR_ABORTED)
+    fail("after abort(), send_weights returned {} ({}), not WT_ERR_ABORTED", status_name(code),
+         message);
+  round->trainer.reset();
+  lb.previous = std::move(before);
+  // The inference side drops the half-done round (the engine may not have reached it).
+  HttpClient(lb.url).end_weight_update("wt conformance: the abort check ended this round");
+  if (auto d = lb.differences(lb.verified); !d.empty()) fail("after the aborted round, {}", d);
+  detail = fmt::format(
+      "send_weights returned WT_ERR_ABORTED {} after abort() ({}); worker unchanged", seconds(took),
+      in_client_call ? "it was blocked in the held update call, released as the "
+                       "host does"
+                     : "the plugin's own abort ended its wait; the held update "
+                       "call was on a side thread");
+}
+
+void check_recovery(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.verified.empty()) throw Skipped("no round was verified");
+  if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
+  auto start = Clock::now();
+  auto t = lb.trainer(ctx);
+  lb.verified_round(*t, "the round after the failures");
+  lb.verified_round(*t, "the next round");
+  detail = fmt::format("a fresh trainer_init synced 2 more rounds, verified, in {}",
+                       seconds(Clock::now() - start));
+}
+
+}  // namespace wt::cli::conformance

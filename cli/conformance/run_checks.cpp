@@ -1,0 +1,76 @@
+// The check list and the loop that runs it (in the child process of `wt conformance`).
+#include "check_context.hpp"
+
+#include <wt/error.hpp>
+
+#include <functional>
+
+namespace wt::cli::conformance {
+
+const std::vector<CheckDef>& checks() {
+  static const std::vector<CheckDef> kChecks{
+      {"file", "a regular file named libwt_<backend>.so, safe owner and mode", 10},
+      {"exports", "exports wt_plugin_get and nothing else", 10},
+      {"load", "loads: ABI version range, tables, backend name, mandatory slots", 10},
+      {"negotiation", "answers older, current and newer hosts as the ABI says", 10},
+      {"names", "backend matches the file name; plugin_version is a version", 10},
+      {"capabilities", "capability bits known, coherent and matching its tables", 10},
+      {"init-info", "canonical JSON round trip, buffer sizing, rank", 20},
+      {"unknown-keys", "an unknown key is refused, naming it as the field", 10},
+      {"bad-input", "malformed, mistyped, deeply nested input refused with a message", 20},
+      {"destroy-null", "destroy(NULL) is a no-op in every table", 10},
+      {"loopback", "rounds from its trainer to its worker in another process, bytes verified", 180},
+      {"rejected-update", "a refused round leaves the worker's weights as they were", 120},
+      {"abort", "abort() from another thread ends a blocked send_weights promptly", 90},
+      {"recovery", "after the failures, a fresh trainer_init syncs again, verified", 120},
+  };
+  return kChecks;
+}
+
+void run_checks(const Options& options, Reporter& reporter) {
+  Context ctx{options, {}, {}, nullptr, nullptr, 0, nlohmann::json::object(), {}, nullptr};
+  using Fn = std::function<void(Context&, std::string&)>;
+  const std::map<std::string, Fn> run{
+      {"file", check_file},
+      {"exports", check_exports},
+      {"load", [&](Context& c, std::string& d) { check_load(c, d, reporter); }},
+      {"negotiation", check_negotiation},
+      {"names", check_names},
+      {"capabilities", check_capabilities},
+      {"init-info", check_init_info},
+      {"unknown-keys", check_unknown_keys},
+      {"bad-input", check_bad_input},
+      {"destroy-null", check_destroy_null},
+      {"loopback", check_loopback},
+      {"rejected-update", check_rejected_update},
+      {"abort", check_abort},
+      {"recovery", check_recovery},
+  };
+  bool init_ok = false;
+  for (const auto& def : checks()) {
+    const std::string name = def.name;
+    reporter.begin(name);
+    std::string detail;
+    Outcome outcome = Outcome::pass;
+    try {
+      const bool after_load = name != "file" && name != "exports" && name != "load";
+      if (after_load && !ctx.plugin) throw Skipped("the plugin did not load");
+      if ((name == "unknown-keys" || name == "bad-input" || name == "loopback") && !init_ok)
+        throw Skipped("needs an init info the plugin accepts (see init-info)");
+      run.at(name)(ctx, detail);
+      if (name == "init-info") init_ok = true;
+    } catch (const Skipped& e) {
+      outcome = Outcome::skip;
+      detail = e.what();
+    } catch (const Failed& e) {
+      outcome = Outcome::fail;
+      detail = e.what();
+    } catch (const std::exception& e) {
+      outcome = Outcome::fail;
+      detail = e.what();
+    }
+    reporter.end(name, outcome, detail);
+  }
+}
+
+}  // namespace wt::cli::conformance

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The out-of-tree example backend, as its author would ship it: install wt into a prefix, build
+# examples/file_backend against that prefix alone, deploy the .so by copying it into a plugin
+# directory, then, with the installed wt and nothing rebuilt: `wt plugins` lists it,
+# `wt conformance` passes, and `wt launch` syncs through it into a separately started
+# `wt serve`, every round verified.
+set -euo pipefail
+src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
+work=$build/example_backend
+rm -rf "$work"
+mkdir -p "$work/plugins" "$work/shared"
+chmod 0755 "$work/plugins"
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >/dev/null
+cmake -S "$src/examples/file_backend" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/build" >/dev/null
+cp "$work/build/libwt_file.so" "$work/plugins/"
+wt=$prefix/bin/wt
+export WT_PLUGIN_PATH=$work/plugins
+
+"$wt" plugins --json > "$work/plugins.json"
+grep -A8 "\"path\": \"$work/plugins/libwt_file.so\"" "$work/plugins.json" | grep -q '"usable": true' ||
+  { cat "$work/plugins.json"; echo "wt plugins does not list the deployed file backend as usable"; exit 1; }
+echo "wt plugins lists the deployed file backend"
+
+"$wt" conformance "$work/plugins/libwt_file.so" --init-info "{\"directory\": \"$work/shared\"}" |
+  tee "$work/conformance.txt"
+grep -Eq 'checks: [0-9]+ passed, 0 failed, 0 skipped$' "$work/conformance.txt" ||
+  { echo "wt conformance does not pass for the example"; exit 1; }
+
+# The receiver sees the shared directory under another path (its own mount point).
+ln -s "$work/shared" "$work/receiver-mount"
+"$wt" serve --port 0 --weight-transfer-config \
+  "{\"backend\": \"file\", \"directory\": \"$work/receiver-mount\"}" > "$work/serve.log" 2>&1 &
+serve=$!
+trap 'kill $serve 2>/dev/null || true; wait $serve 2>/dev/null || true' EXIT
+url=
+for _ in $(seq 100); do
+  url=$(grep -o 'listening on http://[0-9.:]*' "$work/serve.log" | head -1 | cut -d' ' -f3) || true
+  [[ -n $url ]] && break
+  kill -0 $serve 2>/dev/null || { cat "$work/serve.log"; exit 1; }
+  sleep 0.1
+done
+[[ -n $url ]] || { cat "$work/serve.log"; echo "wt serve did not start"; exit 1; }
+
+cat > "$work/file.yaml" <<YAML
+backend: file
+init_info:
+  directory: $work/shared
+source:
+  generate:
+    model: tiny
+    dtype: bfloat16
+    seed: 3
+    dir: $work/model
+receiver:
+  embedded: false
+  url: $url
+rounds: 3
+training_step:
+  perturb_fraction: 0.01
+verify: true
+YAML
+"$wt" launch "$work/file.yaml" | tee "$work/launch.txt"
+[[ -z $(ls -A "$work/shared") ]] || { ls -la "$work/shared"; echo "round files left behind"; exit 1; }
+echo "wt launch synced 3 verified rounds through the deployed file backend into wt serve"
