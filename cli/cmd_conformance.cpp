@@ -84,7 +84,11 @@ std::string signal_text(int status) {
     const char* name = sigabbrev_np(WTERMSIG(status));
     return fmt::format("crashed with SIG{}", name ? name : std::to_string(WTERMSIG(status)));
   }
-  return fmt::format("exited with status {}", WEXITSTATUS(status));
+  // A sanitizer that catches the crash ends the process with an exit status of its own.
+  return fmt::format(
+      "ended with exit status {} (a crash a sanitizer caught, or exit() in the "
+      "plugin)",
+      WEXITSTATUS(status));
 }
 
 volatile sig_atomic_t g_stop_signal = 0;
