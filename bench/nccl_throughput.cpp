@@ -1,10 +1,11 @@
 // nccl host-memory throughput (Gloo), packed, next to a raw Gloo broadcast of the same bytes in the
 // same chunks between the same two ranks, in one run. The trainer and a reference receiver run in
 // this process (two threads, two Gloo ranks over loopback TCP), for two models: a few large
-// tensors, and 2,000 small ones. Rounds are timed after a warm-up round. Prints GB/s, the ratio
-// of packed to raw, and unpacked GB/s (one broadcast per tensor, into the receiver's memory).
+// tensors, and 2,000 small ones. After two warm-up rounds, packed, raw and unpacked rounds are
+// interleaved; each figure is the median round. Prints GB/s, the ratio of packed to raw, and
+// unpacked GB/s (one broadcast per tensor, into the receiver's memory).
 //
-//   build/bin/wt_bench_nccl [--mib 256] [--rounds 3] [--buffer-mib 64]
+//   build/bin/wt_bench_nccl [--mib 256] [--rounds 9] [--buffer-mib 64]
 #include "broadcast_group.hpp"
 #include "support/free_port.hpp"
 
@@ -15,7 +16,10 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
+#include <semaphore>
 #include <thread>
 #include <vector>
 
@@ -60,69 +64,105 @@ class Blocks : public wt::WeightSource {
   std::size_t next_ = 0;
 };
 
-double wt_sync(Blocks& source, int rounds, int64_t buffer, bool packed) {
-  wt::Receiver::Options ro;
-  ro.backend = "nccl";
-  wt::Receiver receiver(ro);
-  wt::InProcessClient client(receiver);
-  auto info = wt::InitInfo::from_object({{"backend", "nccl"},
-                                         {"master_address", "127.0.0.1"},
-                                         {"master_port", free_port()},
-                                         {"world_size", 2},
-                                         {"rank", 0},
-                                         {"packed", packed},
-                                         {"packed_buffer_size_bytes", buffer}});
-  auto engine = wt::trainer_init(info, client, &source);
-  engine->send_weights();  // warm-up: first touches of the receiver's memory
-  auto t0 = Clock::now();
-  for (int r = 0; r < rounds; ++r) engine->send_weights();
-  double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return static_cast<double>(source.total()) * rounds / s / 1e9;
-}
-
-// The same bytes, in vLLM's packed chunks, with nothing but Gloo broadcasts.
-double raw_gloo(std::size_t total, std::size_t tensor_bytes, int rounds, int64_t buffer) {
-  std::vector<std::size_t> chunks;
-  std::size_t used = 0;
-  for (std::size_t off = 0; off < total; off += tensor_bytes) {
-    used += tensor_bytes;
-    if (used > static_cast<std::size_t>(buffer)) {
-      chunks.push_back(used);
-      used = 0;
-    }
+// One wt trainer engine and its in-process receiver, kept for the whole run.
+class WtSync {
+ public:
+  WtSync(Blocks& source, int64_t buffer, bool packed) : receiver_(options()), client_(receiver_) {
+    auto info = wt::InitInfo::from_object({{"backend", "nccl"},
+                                           {"master_address", "127.0.0.1"},
+                                           {"master_port", free_port()},
+                                           {"world_size", 2},
+                                           {"rank", 0},
+                                           {"packed", packed},
+                                           {"packed_buffer_size_bytes", buffer}});
+    engine_ = wt::trainer_init(info, client_, &source);
   }
-  if (used) chunks.push_back(used);
-  const int port = free_port();
-  double gbps = 0;
-  auto rank = [&](int r) {
+  void round() { engine_->send_weights(); }
+
+ private:
+  static wt::Receiver::Options options() {
+    wt::Receiver::Options ro;
+    ro.backend = "nccl";
+    return ro;
+  }
+  wt::Receiver receiver_;
+  wt::InProcessClient client_;
+  std::unique_ptr<wt::TrainerEngine> engine_;
+};
+
+// The same bytes, in vLLM's packed chunks, with nothing but Gloo broadcasts between two ranks
+// (rank 1 on a thread of its own, into one buffer it keeps). round() returns when both are done.
+class RawGloo {
+ public:
+  RawGloo(std::size_t total, std::size_t tensor_bytes, int64_t buffer) {
+    std::size_t used = 0;
+    for (std::size_t off = 0; off < total; off += tensor_bytes) {
+      used += tensor_bytes;
+      if (used > static_cast<std::size_t>(buffer)) {
+        chunks_.push_back(used);
+        used = 0;
+      }
+    }
+    if (used) chunks_.push_back(used);
+    const int port = free_port();
+    worker_ = std::thread([this, port] {
+      auto g = group(port, 1);
+      std::vector<unsigned char> buf(*std::max_element(chunks_.begin(), chunks_.end()), 1);
+      for (;;) {
+        go_.acquire();
+        if (stop_) return;
+        for (auto n : chunks_) g->broadcast(buf.data(), n, 0, "bench");
+        done_.release();
+      }
+    });
+    root_ = group(port, 0);
+    buf_.assign(*std::max_element(chunks_.begin(), chunks_.end()), 1);
+  }
+  ~RawGloo() {
+    stop_ = true;
+    go_.release();
+    worker_.join();
+  }
+  void round() {
+    go_.release();
+    for (auto n : chunks_) root_->broadcast(buf_.data(), n, 0, "bench");
+    done_.acquire();
+  }
+
+ private:
+  static std::unique_ptr<wt::plugins::BroadcastGroup> group(int port, int rank) {
     wt::plugins::BroadcastGroup::Options o;
     o.master_address = "127.0.0.1";
     o.master_port = port;
-    o.rank = r;
+    o.rank = rank;
     o.world_size = 2;
-    wt::plugins::BroadcastGroup g(o);
-    std::vector<unsigned char> buf(*std::max_element(chunks.begin(), chunks.end()), 1);
-    auto round = [&] {
-      for (auto n : chunks) g.broadcast(buf.data(), n, 0, "bench");
-    };
-    round();
-    auto t0 = Clock::now();
-    for (int i = 0; i < rounds; ++i) round();
-    if (r == 0)
-      gbps = static_cast<double>(total) * rounds /
-             std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
-  };
-  std::thread worker(rank, 1);
-  rank(0);
-  worker.join();
-  return gbps;
+    return std::make_unique<wt::plugins::BroadcastGroup>(o);
+  }
+  std::vector<std::size_t> chunks_;
+  std::vector<unsigned char> buf_;
+  std::unique_ptr<wt::plugins::BroadcastGroup> root_;
+  std::counting_semaphore<> go_{0}, done_{0};
+  std::atomic<bool> stop_{false};
+  std::thread worker_;
+};
+
+template <typename F>
+double seconds(F&& f) {
+  auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"nccl (host, Gloo) throughput next to a raw Gloo broadcast"};
-  int mib = 256, rounds = 3, buffer_mib = 64;
+  int mib = 256, rounds = 9, buffer_mib = 64;
   app.add_option("--mib", mib, "model size");
   app.add_option("--rounds", rounds);
   app.add_option("--buffer-mib", buffer_mib, "packed_buffer_size_bytes, in MiB");
@@ -138,12 +178,26 @@ int main(int argc, char** argv) {
   for (Model m : {Model{"4 large tensors", 4}, Model{"2,000 small tensors", 2000}}) {
     const std::size_t tensor = total / m.count / 2 * 2;
     Blocks source(m.count, tensor);
-    double ours = wt_sync(source, rounds, buffer, true);
-    double raw = raw_gloo(m.count * tensor, tensor, rounds, buffer);
-    double unpacked = wt_sync(source, rounds, buffer, false);
+    WtSync packed(source, buffer, true), unpacked(source, buffer, false);
+    RawGloo raw(m.count * tensor, tensor, buffer);
+    // Warm-up (first touches of every buffer: both halves of each receiver's double buffering),
+    // then the three interleaved round by round, so that a noisy moment hits them alike.
+    for (int w = 0; w < 2; ++w) {
+      packed.round();
+      unpacked.round();
+      raw.round();
+    }
+    std::vector<double> t_packed, t_raw, t_unpacked;
+    for (int r = 0; r < rounds; ++r) {
+      t_packed.push_back(seconds([&] { packed.round(); }));
+      t_raw.push_back(seconds([&] { raw.round(); }));
+      t_unpacked.push_back(seconds([&] { unpacked.round(); }));
+    }
+    const double bytes = static_cast<double>(source.total());
+    const double ours = bytes / median(t_packed) / 1e9, gloo = bytes / median(t_raw) / 1e9;
     fmt::print("{:<28} {:>14.2f} {:>9.2f} {:>16.2f} {:>9.2f}\n",
-               fmt::format("{} ({} MiB)", m.name, (m.count * tensor) >> 20), ours, raw, ours / raw,
-               unpacked);
+               fmt::format("{} ({} MiB)", m.name, (m.count * tensor) >> 20), ours, gloo,
+               ours / gloo, bytes / median(t_unpacked) / 1e9);
   }
   return 0;
 }

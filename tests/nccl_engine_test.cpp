@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -388,6 +389,183 @@ TEST(NcclWorkerSpy, RendezvousModesAreExclusiveAndTheUniqueIdIsChecked) {
       {{"nccl_unique_id_b64", sdk::base64_encode("abc", 3)}, {"rank_offset", 1}, {"world_size", 2}},
       "an NCCL unique id is 128 bytes, this one decodes to 3");
   expect_refused({{"rank_offset", 1}, {"world_size", 2}}, "field 'master_address'");
+}
+
+// A communicator standing in for the sender on the worker's side: each broadcast receives the
+// next bytes of what the sender would send, and where it was received into is recorded.
+class FeedingCommunicator : public plugins::Communicator {
+ public:
+  FeedingCommunicator(const std::vector<unsigned char>& stream, std::vector<const void*>& into)
+      : stream_(stream), into_(into) {}
+  void broadcast(void* data, std::size_t bytes, DLDataType, int, const std::string&) override {
+    ASSERT_LE(at_ + bytes, stream_.size());
+    std::memcpy(data, stream_.data() + at_, bytes);
+    at_ += bytes;
+    into_.push_back(data);
+  }
+  void abort() override {}
+  bool broken() const override { return false; }
+
+ private:
+  const std::vector<unsigned char>& stream_;
+  std::vector<const void*>& into_;
+  std::size_t at_ = 0;
+};
+
+// A host's loader as a packed worker meets it: destinations for the first `offered` tensors,
+// either back to back in one block (as the reference receiver stages them) or each apart; the
+// rest arrive through load(). Records every call.
+struct OfferingLoader {
+  enum class Layout { back_to_back, apart };
+  OfferingLoader(Layout layout, std::size_t offered, const std::vector<uint64_t>& sizes)
+      : layout(layout), offered(offered) {
+    uint64_t total = 0;
+    for (auto n : sizes) total += n;
+    block.resize(total + 64 * sizes.size());
+  }
+  Layout layout;
+  std::size_t offered;
+  std::vector<unsigned char> block;
+  uint64_t used = 0;
+  std::map<std::string, std::vector<unsigned char>> loaded;           // through load()
+  std::map<std::string, std::pair<unsigned char*, uint64_t>> handed;  // destinations
+  std::vector<std::string> written;
+  std::vector<int64_t> shape_of_last;
+
+  wt_loader c() {
+    wt_loader l{};
+    l.struct_size = sizeof(wt_loader);
+    l.abi_version = WT_ABI_VERSION;
+    l.ctx = this;
+    l.load = [](void* ctx, const wt_tensor* t, size_t n, char*, size_t) {
+      auto* self = static_cast<OfferingLoader*>(ctx);
+      for (std::size_t i = 0; i < n; ++i) {
+        uint64_t bytes = 0;
+        checked_nbytes(t[i].tensor.shape, t[i].tensor.ndim, t[i].tensor.dtype, &bytes);
+        const auto* p = static_cast<const unsigned char*>(t[i].tensor.data);
+        self->loaded[t[i].name].assign(p, p + bytes);
+      }
+      return WT_OK;
+    };
+    l.destination = [](void* ctx, const wt_param_meta* m, DLTensor* out, int32_t* found, char*,
+                       size_t) {
+      auto* self = static_cast<OfferingLoader*>(ctx);
+      *found = 0;
+      if (self->handed.size() >= self->offered) return WT_OK;
+      uint64_t bytes = 0;
+      checked_nbytes(m->shape, m->ndim, m->dtype, &bytes);
+      // Apart: a gap of 64 bytes after each, so that no two are adjacent.
+      unsigned char* p = self->block.data() + self->used;
+      self->used += bytes + (self->layout == Layout::apart ? 64 : 0);
+      self->handed[m->name] = {p, bytes};
+      *out =
+          DLTensor{p, {kDLCPU, 0}, m->ndim, m->dtype, const_cast<int64_t*>(m->shape), nullptr, 0};
+      *found = 1;
+      return WT_OK;
+    };
+    l.written = [](void* ctx, const char* name, char*, size_t) {
+      static_cast<OfferingLoader*>(ctx)->written.push_back(name);
+      return WT_OK;
+    };
+    return l;
+  }
+  std::vector<unsigned char> bytes_of(const std::string& name) const {
+    if (auto it = loaded.find(name); it != loaded.end()) return it->second;
+    auto [p, n] = handed.at(name);
+    return {p, p + n};
+  }
+};
+
+// Five tensors of 40, 24, 100, 8 and 60 bytes in chunks of 64 bytes: [0,1] (64, not more: goes
+// on), so [0,1,2] = 164, then [3,4] = 68.
+struct PackedRound {
+  std::vector<std::string> names{"a", "b", "c", "d", "e"};
+  std::vector<uint64_t> sizes{40, 24, 100, 8, 60};
+  std::vector<unsigned char> stream;
+  json update;
+  PackedRound() {
+    json shapes = json::array();
+    for (auto n : sizes) shapes.push_back({static_cast<int64_t>(n / 4)});
+    update = {{"names", names},
+              {"dtype_names", std::vector<std::string>(names.size(), "float32")},
+              {"shapes", shapes}};
+    for (std::size_t i = 0; i < 232; ++i) stream.push_back(static_cast<unsigned char>(i * 7 + 3));
+  }
+  std::vector<unsigned char> expected(std::size_t i) const {
+    uint64_t off = 0;
+    for (std::size_t k = 0; k < i; ++k) off += sizes[k];
+    return {stream.begin() + static_cast<std::ptrdiff_t>(off),
+            stream.begin() + static_cast<std::ptrdiff_t>(off + sizes[i])};
+  }
+};
+
+std::unique_ptr<nccl::NcclWorker> packed_worker(const PackedRound& round,
+                                                std::vector<const void*>& into) {
+  auto w = std::make_unique<nccl::NcclWorker>(worker_context(),
+                                              json{{"master_address", "h"},
+                                                   {"master_port", 1},
+                                                   {"rank_offset", 1},
+                                                   {"world_size", 2},
+                                                   {"packed", true},
+                                                   {"packed_buffer_size_bytes", 64},
+                                                   {"packed_num_buffers", 2}},
+                                              [&](const plugins::CommunicatorOptions&) {
+                                                return std::make_unique<FeedingCommunicator>(
+                                                    round.stream, into);
+                                              });
+  w->start();
+  return w;
+}
+
+TEST(NcclWorkerSpy, APackedChunkIsReceivedInPlaceWhenItsDestinationsLieBackToBack) {
+  PackedRound round;
+  std::vector<const void*> into;
+  auto worker = packed_worker(round, into);
+  OfferingLoader loader(OfferingLoader::Layout::back_to_back, 5, round.sizes);
+  wt_loader c = loader.c();
+  worker->receive(round.update, sdk::LoaderRef(&c));
+  ASSERT_EQ(into.size(), 2u) << "two chunks, one broadcast each";
+  EXPECT_EQ(into[0], loader.handed.at("a").first) << "chunk 1 lands on its first tensor";
+  EXPECT_EQ(into[1], loader.handed.at("d").first) << "chunk 2 lands on its first tensor";
+  EXPECT_EQ(worker->in_place_chunks(), 2u);
+  EXPECT_THAT(loader.written, ElementsAre("a", "b", "c", "d", "e"));
+  EXPECT_TRUE(loader.loaded.empty());
+  for (std::size_t i = 0; i < round.names.size(); ++i)
+    EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+}
+
+TEST(NcclWorkerSpy, DestinationsApartAreFilledFromThePackedBuffer) {
+  PackedRound round;
+  std::vector<const void*> into;
+  auto worker = packed_worker(round, into);
+  OfferingLoader loader(OfferingLoader::Layout::apart, 5, round.sizes);
+  wt_loader c = loader.c();
+  worker->receive(round.update, sdk::LoaderRef(&c));
+  ASSERT_EQ(into.size(), 2u);
+  for (const void* p : into)
+    for (const auto& [name, where] : loader.handed)
+      EXPECT_NE(p, static_cast<const void*>(where.first)) << "no broadcast into " << name;
+  EXPECT_EQ(worker->in_place_chunks(), 0u);
+  EXPECT_THAT(loader.written, ElementsAre("a", "b", "c", "d", "e"));
+  EXPECT_TRUE(loader.loaded.empty());
+  for (std::size_t i = 0; i < round.names.size(); ++i)
+    EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+}
+
+TEST(NcclWorkerSpy, TensorsWithoutADestinationGoThroughLoad) {
+  PackedRound round;
+  std::vector<const void*> into;
+  auto worker = packed_worker(round, into);
+  // a and b get destinations (back to back), c does not: chunk 1 is received into the buffer;
+  // chunk 2 asks again (d, e) and is offered nothing.
+  OfferingLoader loader(OfferingLoader::Layout::back_to_back, 2, round.sizes);
+  wt_loader c = loader.c();
+  worker->receive(round.update, sdk::LoaderRef(&c));
+  EXPECT_EQ(worker->in_place_chunks(), 0u);
+  EXPECT_THAT(loader.written, ElementsAre("a", "b"));
+  EXPECT_EQ(loader.loaded.size(), 3u);
+  for (std::size_t i = 0; i < round.names.size(); ++i)
+    EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
 }
 
 }  // namespace

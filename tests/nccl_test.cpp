@@ -103,10 +103,10 @@ TEST_P(NcclHost, ByteExactOverSeveralRounds) {
     EXPECT_EQ(receiver.weight_version(), "step-" + std::to_string(round));
     source.perturb(static_cast<uint32_t>(round));
   }
-  // Unpacked: every tensor was broadcast straight into the receiver's staging memory.
-  if (!GetParam()) {
-    EXPECT_EQ(receiver.tensors_written_in_place(), 3 * source.tensors().size());
-  }
+  // Every tensor landed in the receiver's staging memory through a destination: broadcast
+  // straight into it (unpacked: one per tensor; packed: one per chunk, the receiver staging the
+  // chunk's tensors back to back), or copied there from the packed buffer.
+  EXPECT_EQ(receiver.tensors_written_in_place(), 3 * source.tensors().size());
   // The worker init payload: vLLM's keys exactly.
   auto init = json::parse(client.calls()[0].payload);
   std::set<std::string> keys;

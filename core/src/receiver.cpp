@@ -8,12 +8,11 @@
 #include <wt/sdk/parallel_copy.hpp>
 
 #include "sparse_patches.hpp"
+#include "staging_arena.hpp"
 
 #include <fmt/format.h>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -23,47 +22,28 @@
 
 namespace wt {
 
-void Receiver::Tensor::Unmap::operator()(unsigned char* p) const {
-  if (p == nullptr) return;
-  if (pinned != nullptr)
-    pinned->free_host(p);
-  else
-    munmap(p, size);
-}
-
 namespace {
 
-// Fewer TLB misses on the copy that loads every byte: ask for huge pages where the kernel offers
-// them on request (transparent_hugepage=madvise). mmap only promises 4 KiB alignment, and a huge
-// page needs a 2 MiB-aligned 2 MiB range, so larger tensors get a 2 MiB-aligned start (the region
-// is over-allocated and trimmed); otherwise an 8 MiB tensor would get only 3 huge pages of 4.
-std::unique_ptr<unsigned char, Receiver::Tensor::Unmap> allocate(std::size_t nbytes) {
-  constexpr std::size_t kHuge = std::size_t{2} << 20;
-  std::size_t size = nbytes == 0 ? 1 : nbytes;
-  const bool huge = size >= kHuge;
-  const std::size_t reserve = huge ? size + kHuge : size;
-  void* p = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    throw Error(WT_ERR_SYSTEM, fmt::format("cannot allocate {} bytes for received weights", size));
-  auto* start = static_cast<unsigned char*>(p);
-  if (huge) {
-    auto addr = reinterpret_cast<uintptr_t>(p);
-    auto* aligned = reinterpret_cast<unsigned char*>((addr + kHuge - 1) & ~(kHuge - 1));
-    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    const std::size_t kept = (size + page - 1) / page * page;
-    if (aligned > start) munmap(start, static_cast<std::size_t>(aligned - start));
-    if (auto* tail = aligned + kept; tail < start + reserve)
-      munmap(tail, static_cast<std::size_t>(start + reserve - tail));
-    start = aligned;
-    madvise(start, size, MADV_HUGEPAGE);
-  }
-  return {start, Receiver::Tensor::Unmap{size}};
+// Received tensors are aligned for their element type (at most 16 bytes), so that back-to-back
+// tensors of the usual sizes stay adjacent.
+std::size_t alignment_of(DLDataType dtype) {
+  std::size_t a = 1;
+  while (a < 16 && a < element_size(dtype)) a *= 2;
+  return a;
+}
+
+// Tensors move between staged, committed and spare as map nodes: no allocation per tensor and
+// round. `to` keeps the node's tensor under its name, replacing what it held there.
+void move_node(Receiver::TensorMap::node_type node, Receiver::TensorMap& to) {
+  auto r = to.insert(std::move(node));
+  if (!r.inserted) r.position->second = std::move(r.node.mapped());
 }
 
 }  // namespace
 
 Receiver::Receiver(Options options)
     : options_(std::move(options)),
+      arena_(std::make_unique<detail::StagingArena>()),
       load_threads_(options_.load_threads > 0 ? options_.load_threads : default_copy_threads()) {
   if (options_.backend.empty())
     throw Error(WT_ERR_INVALID_ARGUMENT, "the receiver needs a backend name");
@@ -107,27 +87,29 @@ void Receiver::discard_staged() {
   }
   pending_patches_.clear();
   if (reusable)
-    for (auto& [name, t] : staged_) spare_[name] = std::move(t);
+    while (!staged_.empty()) move_node(staged_.extract(staged_.begin()), spare_);
   else
-    for (auto& [name, t] : staged_) t.data.release();  // leaked, not freed under a pending copy
+    for (auto& [name, t] : staged_)  // leaked, not freed under a pending copy
+      (void)new std::shared_ptr<unsigned char>(std::move(t.data));
   staged_.clear();
 }
 
-Receiver::Tensor Receiver::take_slot(const std::string& name, uint64_t nbytes) {
-  Tensor slot;
+Receiver::TensorMap::node_type Receiver::take_slot(const std::string& name, uint64_t nbytes,
+                                                   DLDataType dtype) {
   auto spare = spare_.find(name);
-  if (spare != spare_.end() && spare->second.nbytes == nbytes) {
-    slot = std::move(spare->second);
-    spare_.erase(spare);
-  } else if (auto* pinned = options_.device_staging.get()) {
+  if (spare != spare_.end() && spare->second.nbytes == nbytes) return spare_.extract(spare);
+  TensorMap fresh;
+  auto node = fresh.extract(fresh.try_emplace(name).first);
+  Tensor& slot = node.mapped();
+  if (auto* pinned = options_.device_staging.get()) {
     slot.data = {static_cast<unsigned char*>(pinned->allocate_host(nbytes == 0 ? 1 : nbytes)),
-                 Tensor::Unmap{nbytes, pinned}};
+                 [pinned](unsigned char* p) { pinned->free_host(p); }};
     slot.nbytes = nbytes;
   } else {
-    slot.data = allocate(nbytes);
+    slot.data = arena_->allocate(nbytes, alignment_of(dtype));
     slot.nbytes = nbytes;
   }
-  return slot;
+  return node;
 }
 
 // What one receive() delivers into: load() copies, destination()/written() hand the backend a
@@ -137,7 +119,7 @@ class Receiver::RoundLoader final : public Loader {
  public:
   explicit RoundLoader(Receiver& r) : r_(r) {}
   ~RoundLoader() override {
-    for (auto& [name, t] : pending_) r_.spare_[name] = std::move(t);
+    while (!pending_.empty()) move_node(pending_.extract(pending_.begin()), r_.spare_);
   }
 
   uint64_t bytes = 0;
@@ -153,12 +135,11 @@ class Receiver::RoundLoader final : public Loader {
           WT_ERR_INVALID_ARGUMENT,
           fmt::format("destination for '{}': a bad shape (negative, or too many bytes)", p.name));
     // Asked again for the same name: the earlier memory stays valid until receive returns.
-    auto it = pending_.find(p.name);
-    if (it != pending_.end()) superseded_.push_back(std::move(it->second));
-    Tensor slot = r_.take_slot(p.name, nbytes);
-    slot.dtype = p.dtype;
-    slot.shape = p.shape;
-    Tensor& t = pending_[p.name] = std::move(slot);
+    if (auto earlier = pending_.extract(p.name)) superseded_.push_back(std::move(earlier.mapped()));
+    auto slot = r_.take_slot(p.name, nbytes, p.dtype);
+    slot.mapped().dtype = p.dtype;
+    slot.mapped().shape = p.shape;
+    Tensor& t = pending_.insert(std::move(slot)).position->second;
     return DLTensor{t.data.get(),
                     {kDLCPU, 0},
                     static_cast<int32_t>(t.shape.size()),
@@ -169,18 +150,16 @@ class Receiver::RoundLoader final : public Loader {
   }
 
   void written(const std::string& name) override {
-    auto it = pending_.find(name);
-    if (it == pending_.end())
+    auto node = pending_.extract(name);
+    if (!node)
       throw Error(WT_ERR_STATE,
                   fmt::format("written('{}'): no destination was handed out for it", name));
-    auto old = r_.staged_.find(name);
-    if (old != r_.staged_.end()) r_.spare_[name] = std::move(old->second);
+    if (auto old = r_.staged_.extract(name)) move_node(std::move(old), r_.spare_);
     r_.drop_pending_patches(name);  // rewritten after them: they are superseded
-    bytes += it->second.nbytes;
+    bytes += node.mapped().nbytes;
     ++written_in_place;
     ++r_.written_in_place_;
-    r_.staged_[name] = std::move(it->second);
-    pending_.erase(it);
+    r_.staged_.insert(std::move(node));
   }
 
   void load_patches(std::span<const wt_sparse_patch> patches) override {
@@ -217,8 +196,8 @@ class Receiver::RoundLoader final : public Loader {
 
  private:
   Receiver& r_;
-  std::map<std::string, Tensor> pending_;  // handed out, not yet written
-  std::vector<Tensor> superseded_;         // handed out, then asked for again: freed at the end
+  TensorMap pending_;               // handed out, not yet written
+  std::vector<Tensor> superseded_;  // handed out, then asked for again: freed at the end
 };
 
 void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
@@ -266,8 +245,7 @@ void Receiver::load_base(WeightSource& source) {
   discard_staged();
   load(tensors);  // into staged_, as a round does
   std::lock_guard<std::mutex> state(state_mu_);
-  for (auto& [name, tensor] : staged_) committed_[name] = std::move(tensor);
-  staged_.clear();
+  while (!staged_.empty()) move_node(staged_.extract(staged_.begin()), committed_);
   version_ = "base";
 }
 
@@ -301,22 +279,58 @@ void Receiver::update_weights(nlohmann::json update_info) {
     }
     std::string text = one->dump();
     update_info = nullptr;  // the engine parses the text: do not keep two copies alive
-    const auto t0 = std::chrono::steady_clock::now();
-    RoundLoader loader(*this);
-    engine_->receive(text, loader);
-    logger()->debug("receiver: update loaded {} bytes in {:.3f} s ({} written in place)",
-                    loader.bytes,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                    loader.written_in_place);
+    receive(text);
   } catch (...) {
-    // vLLM's rule: a failed update ends the session; what this round staged is dropped.
-    active_ = false;
-    discard_staged();
-    try {
-      engine_->abort();
-    } catch (...) {
-    }
+    end_failed_update();
     throw;
+  }
+}
+
+void Receiver::update_weights_text(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos || text[first] != '{') {
+    // A list of per-worker payloads, or not an object at all: the checks above say which.
+    nlohmann::json parsed;
+    try {
+      parsed = parse_json(text);
+    } catch (const JsonError& e) {
+      std::lock_guard<std::mutex> l(session_mu_);
+      if (!active_)
+        throw Error(WT_ERR_STATE, "start_weight_update must be called before update_weights.");
+      end_failed_update();
+      throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("update_info: {}", e.what()));
+    }
+    update_weights(std::move(parsed));
+    return;
+  }
+  std::lock_guard<std::mutex> l(session_mu_);
+  if (!active_)
+    throw Error(WT_ERR_STATE, "start_weight_update must be called before update_weights.");
+  try {
+    receive(text);  // the engine parses and checks the object itself
+  } catch (...) {
+    end_failed_update();
+    throw;
+  }
+}
+
+void Receiver::receive(std::string_view text) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RoundLoader loader(*this);
+  engine_->receive(text, loader);
+  logger()->debug("receiver: update loaded {} bytes in {:.3f} s ({} written in place)",
+                  loader.bytes,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  loader.written_in_place);
+}
+
+void Receiver::end_failed_update() {
+  // vLLM's rule: a failed update ends the session; what this round staged is dropped.
+  active_ = false;
+  discard_staged();
+  try {
+    engine_->abort();
+  } catch (...) {
   }
 }
 
@@ -339,7 +353,8 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
       throw Error(WT_ERR_INVALID_ARGUMENT,
                   fmt::format("tensor '{}' has a bad shape (negative, or too many bytes)", t.name));
     repeated |= !names.insert(t.name).second;
-    Tensor slot = take_slot(t.name, nbytes);
+    auto node = take_slot(t.name, nbytes, d.dtype);
+    Tensor& slot = node.mapped();
     slot.dtype = d.dtype;
     slot.shape.assign(d.shape, d.shape + d.ndim);
     if (on_host)
@@ -347,10 +362,9 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
           {slot.data.get(), static_cast<const unsigned char*>(d.data) + d.byte_offset, nbytes});
     else if (nbytes > 0)
       options_.device_staging->copy_to_host(slot.data.get(), d, nbytes);
-    auto old = staged_.find(t.name);
-    if (old != staged_.end()) spare_[t.name] = std::move(old->second);
+    if (auto old = staged_.extract(t.name)) move_node(std::move(old), spare_);
     drop_pending_patches(t.name);
-    staged_[t.name] = std::move(slot);
+    staged_.insert(std::move(node));
     total += nbytes;
   }
   // The slots stay alive until the copies are done: replaced ones wait in spare_. A slot recycled
@@ -375,12 +389,11 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
     throw;
   }
   std::lock_guard<std::mutex> state(state_mu_);
-  for (auto& [name, t] : staged_) {
-    auto old = committed_.find(name);
-    if (old != committed_.end()) spare_[name] = std::move(old->second);
-    committed_[name] = std::move(t);
+  while (!staged_.empty()) {
+    auto node = staged_.extract(staged_.begin());
+    if (auto old = committed_.extract(node.key())) move_node(std::move(old), spare_);
+    committed_.insert(std::move(node));
   }
-  staged_.clear();
   // Validated when they arrived (against these tensors' shape and dtype, which no round changes
   // without rewriting them, and that drops them): applying cannot fail.
   // Scattered writes are memory-latency bound: tensors are spread over the load threads (one
@@ -469,6 +482,7 @@ std::vector<std::string> Receiver::names() const {
   std::lock_guard<std::mutex> l(state_mu_);
   std::vector<std::string> out;
   for (const auto& [name, t] : committed_) out.push_back(name);
+  std::sort(out.begin(), out.end());
   return out;
 }
 
@@ -511,7 +525,7 @@ void InProcessClient::start_weight_update() {
   r_.start_weight_update();
 }
 void InProcessClient::update_weights(std::string_view j) {
-  r_.update_weights(parse_payload(j, "update_info"));
+  r_.update_weights_text(j);
 }
 void InProcessClient::finish_weight_update(const std::optional<std::string>& v) {
   r_.finish_weight_update(v);

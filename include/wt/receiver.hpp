@@ -21,9 +21,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace wt {
+
+namespace detail {
+class StagingArena;
+}
 
 class Receiver {
  public:
@@ -60,16 +66,12 @@ class Receiver {
   struct Tensor {
     DLDataType dtype{};
     std::vector<int64_t> shape;
-    // Host memory from mmap, with transparent huge pages requested for large tensors, or pinned
-    // memory from the device staging (for receivers of device tensors).
-    struct Unmap {
-      std::size_t size;
-      DeviceStaging* pinned = nullptr;
-      void operator()(unsigned char* p) const;
-    };
-    std::unique_ptr<unsigned char, Unmap> data{nullptr, Unmap{0}};
+    // Host memory cut from the receiver's staging arena (tensors staged one after another lie
+    // back to back), or pinned memory from the device staging (for receivers of device tensors).
+    std::shared_ptr<unsigned char> data;
     std::size_t nbytes = 0;
   };
+  using TensorMap = std::unordered_map<std::string, Tensor>;
 
   explicit Receiver(Options options);
   // Host memory, the given backend.
@@ -83,6 +85,9 @@ class Receiver {
   void start_weight_update();
   // One update_info object, or a list with one object per worker (this receiver is one worker).
   void update_weights(nlohmann::json update_info);
+  // The same from JSON text: an object goes to the engine as it is (the engine's own bounded
+  // parser reads it: no parse and re-serialisation here); anything else is parsed as above.
+  void update_weights_text(std::string_view update_info_json);
   void finish_weight_update(const std::optional<std::string>& weight_version);
   // Ends the current update, if any: the engine is aborted at once, from this thread, so an update
   // call blocked in a transfer returns (with WT_ERR_ABORTED); then, when it has, what the round
@@ -103,7 +108,7 @@ class Receiver {
   bool session_active() const;
   // name -> XXH3-64 hex of the committed weights.
   std::map<std::string, std::string> checksums() const;
-  // Copies of committed tensors, for tests and tools.
+  // Copies of committed tensors, for tests and tools. names() is sorted.
   std::vector<std::string> names() const;
   std::optional<std::vector<unsigned char>> bytes_of(const std::string& name) const;
   uint64_t committed_bytes() const;
@@ -115,12 +120,16 @@ class Receiver {
  private:
   class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches
   uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
+  void receive(std::string_view update_info_json);    // the engine's part of an update
+  void end_failed_update();                           // ends the session of a failed update
   void discard_staged();                              // staged tensors become spares
   void wait_for_device_copies();
   void drop_pending_patches(const std::string& name);
-  Tensor take_slot(const std::string& name, uint64_t nbytes);  // a spare of that size, or new
+  // A spare of that size, or new memory aligned for `dtype`, right after the last one handed out.
+  TensorMap::node_type take_slot(const std::string& name, uint64_t nbytes, DLDataType dtype);
 
   Options options_;
+  std::unique_ptr<detail::StagingArena> arena_;
   unsigned load_threads_;
   // Two locks, so that readers never wait on a transfer: session_mu_ serialises the control-plane
   // calls (and guards engine_, staged_, spare_) for as long as the engine works; state_mu_ guards
@@ -133,7 +142,7 @@ class Receiver {
   std::shared_ptr<WorkerEngine> engine_;
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> written_in_place_{0};
-  std::map<std::string, Tensor> staged_, spare_;
+  TensorMap staged_, spare_;
   // Patches of the round to tensors it did not rewrite: validated when they arrived, applied to
   // the committed tensors at finish (O(changed elements), not a copy of each tensor), in order.
   struct PendingPatch {
@@ -143,7 +152,7 @@ class Receiver {
     std::vector<unsigned char> values;
   };
   std::vector<PendingPatch> pending_patches_;
-  std::map<std::string, Tensor> committed_;
+  TensorMap committed_;
   std::optional<std::string> version_;
   uint64_t rounds_ = 0;
 };

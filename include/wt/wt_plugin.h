@@ -328,7 +328,9 @@ typedef struct wt_loader {
   wt_status (*load_patches)(void* ctx, const wt_sparse_patch* patches, size_t count, char* err,
                             size_t err_cap);
   /* Memory to write `param` into. On WT_OK with *found = 1, *out describes it (data, device,
-   * ndim/shape/dtype equal to param's, strides NULL); with *found = 0, *out is untouched. */
+   * ndim/shape/dtype equal to param's, strides NULL); with *found = 0, *out is untouched.
+   * A host that hands out destinations asked one after another back to back lets a backend that
+   * moves several tensors as one block (nccl's packed chunks) receive it straight into place. */
   wt_status (*destination)(void* ctx, const wt_param_meta* param, DLTensor* out, int32_t* found,
                            char* err, size_t err_cap);
   /* The destination handed out for `name` now holds its bytes. */

@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <set>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 namespace wt::plugins {
@@ -18,12 +19,19 @@ namespace wt::plugins {
 inline nlohmann::json describe_params(const std::vector<ParamMeta>& params) {
   auto names = nlohmann::json::array(), dtypes = nlohmann::json::array(),
        shapes = nlohmann::json::array();
+  names.get_ref<nlohmann::json::array_t&>().reserve(params.size());
+  dtypes.get_ref<nlohmann::json::array_t&>().reserve(params.size());
+  shapes.get_ref<nlohmann::json::array_t&>().reserve(params.size());
   for (const auto& p : params) {
     names.push_back(p.name);
     dtypes.push_back(std::string(torch_name(p.dtype)));
     shapes.push_back(p.shape);
   }
-  return {{"names", names}, {"dtype_names", dtypes}, {"shapes", shapes}};
+  nlohmann::json out = nlohmann::json::object();
+  out["names"] = std::move(names);
+  out["dtype_names"] = std::move(dtypes);
+  out["shapes"] = std::move(shapes);
+  return out;
 }
 
 struct ParamList {
@@ -45,13 +53,19 @@ inline ParamList read_param_list(sdk::FieldReader& r) {
   if (shapes.size() != names.size())
     sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'shapes' has {} entries but 'names' has {}",
               what, shapes.size(), names.size());
+  {
+    std::unordered_set<std::string_view> seen(names.size());
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (names[i].empty())
+        sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names[{}]' is empty", what, i);
+      if (!seen.insert(names[i]).second)
+        sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names' lists '{}' twice", what, names[i]);
+    }
+  }
   ParamList out;
-  std::set<std::string> seen;
+  out.params.reserve(names.size());
+  out.nbytes.reserve(names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i].empty())
-      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names[{}]' is empty", what, i);
-    if (!seen.insert(names[i]).second)
-      sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: 'names' lists '{}' twice", what, names[i]);
     auto dt = dtype_from_torch_name(dtype_names[i]);
     if (!dt)
       sdk::fail(WT_ERR_INVALID_ARGUMENT,
@@ -63,7 +77,7 @@ inline ParamList read_param_list(sdk::FieldReader& r) {
                 "invalid {}: 'shapes[{}]' {} of {} has a negative dimension or more bytes than 64 "
                 "bits can count",
                 what, i, nlohmann::json(shapes[i]).dump(), dtype_names[i]);
-    out.params.push_back({names[i], *dt, shapes[i]});
+    out.params.push_back({std::move(names[i]), *dt, std::move(shapes[i])});
     out.nbytes.push_back(nbytes);
   }
   return out;

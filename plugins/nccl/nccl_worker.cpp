@@ -5,7 +5,10 @@
 #include "../common/param_list.hpp"
 #include "packed_chunks.hpp"
 
+#include <wt/sdk/tensor_layout.hpp>
+
 #include <cstring>
+#include <functional>
 #include <optional>
 
 namespace wt::nccl {
@@ -95,36 +98,91 @@ void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef
     wait_for_consumer();
     return;
   }
-  // Packed: chunk c + slots is received into slot c % slots once chunk c was handed over.
+  // Packed: chunk c + slots is received into slot c % slots once chunk c was handed over, or
+  // straight into place when the loader's destinations for its tensors lie back to back.
   const auto chunks = packed_chunks(list.nbytes, static_cast<uint64_t>(buffer_bytes_));
   const std::size_t slots = static_cast<std::size_t>(num_buffers_);
-  std::vector<unsigned char*> buffers(slots, nullptr);
+  std::vector<ChunkTarget> targets(slots);
   plugins::BroadcastPipeline pipeline(*group_, slots);
   auto submit = [&](std::size_t c) {
-    const std::size_t s = c % slots;
-    buffers[s] = chunk_buffer(s, chunks[c].bytes);
-    pipeline.submit(s, buffers[s], chunks[c].bytes, kBytes,
+    ChunkTarget& target = targets[c % slots] = plan_chunk(list, chunks[c], loader);
+    unsigned char* into =
+        target.in_place ? target.places.front() : chunk_buffer(c % slots, chunks[c].bytes);
+    target.buffer = into;
+    in_place_chunks_ += target.in_place;
+    pipeline.submit(c % slots, into, chunks[c].bytes, kBytes,
                     "broadcast of packed chunk " + std::to_string(c + 1) + " of " +
                         std::to_string(chunks.size()));
   };
+  const uint64_t in_place_before = in_place_chunks_;
   for (std::size_t c = 0; c < std::min(slots, chunks.size()); ++c) submit(c);
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const std::size_t s = c % slots;
     pipeline.wait(s);
-    std::vector<wt_tensor> views;
-    uint64_t off = 0;
-    for (std::size_t i = chunks[c].first; i < chunks[c].last; ++i) {
-      views.push_back(tensor_of(i, buffers[s] + off));
-      off += list.nbytes[i];
-    }
-    loader.load(views);
+    hand_over(list, chunks[c], targets[s], loader, tensor_of);
     // The slot is received into again: the consumer's copies out of it are done first.
     if (c + slots < chunks.size()) {
-      wait_for_consumer();
+      if (!targets[s].in_place) wait_for_consumer();
       submit(c + slots);
     }
   }
   wait_for_consumer();
+  log_.debug("round: {} of {} packed chunk(s) received in place",
+             in_place_chunks_ - in_place_before, chunks.size());
+}
+
+NcclWorker::ChunkTarget NcclWorker::plan_chunk(const plugins::ParamList& list, const Chunk& chunk,
+                                               const sdk::LoaderRef& loader) {
+  ChunkTarget target;
+  target.in_place = true;
+  for (std::size_t i = chunk.first; i < chunk.last; ++i) {
+    auto dst = loader.destination(list.params[i]);
+    if (!dst || dst->device.device_type != device_.device_type ||
+        dst->device.device_id != device_.device_id || !is_compact(*dst)) {
+      // Not offered (or not where this engine receives): this tensor and the rest go through
+      // load(); the destinations already handed out are filled by copies.
+      target.in_place = false;
+      break;
+    }
+    unsigned char* place = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
+    if (!target.places.empty() && place != target.places.back() + list.nbytes[i - 1])
+      target.in_place = false;
+    target.places.push_back(place);
+  }
+  return target;
+}
+
+void NcclWorker::hand_over(const plugins::ParamList& list, const Chunk& chunk,
+                           const ChunkTarget& target, const sdk::LoaderRef& loader,
+                           const std::function<wt_tensor(std::size_t, void*)>& tensor_of) {
+  const auto& params = list.params;
+  if (device_.device_type == kDLCUDA)  // the bytes are there when the stream says so
+    plugins::wait_stream(device_.device_id, group_->stream());
+  if (target.in_place) {
+    for (std::size_t i = chunk.first; i < chunk.last; ++i) loader.written(params[i].name);
+    return;
+  }
+  std::vector<wt_tensor> views;
+  uint64_t off = 0;
+  for (std::size_t i = chunk.first; i < chunk.last; ++i) {
+    unsigned char* from = target.buffer + off;
+    off += list.nbytes[i];
+    const std::size_t k = i - chunk.first;
+    if (k >= target.places.size()) {
+      views.push_back(tensor_of(i, from));
+      continue;
+    }
+    if (device_.device_type == kDLCUDA)
+      plugins::copy_async(device_.device_id, target.places[k], from, list.nbytes[i],
+                          group_->stream());
+    else
+      std::memcpy(target.places[k], from, list.nbytes[i]);
+  }
+  if (device_.device_type == kDLCUDA && !target.places.empty())
+    plugins::wait_stream(device_.device_id, group_->stream());
+  for (std::size_t k = 0; k < target.places.size(); ++k)
+    loader.written(params[chunk.first + k].name);
+  if (!views.empty()) loader.load(views);
 }
 
 void NcclWorker::finish() {
