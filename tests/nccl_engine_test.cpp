@@ -391,27 +391,6 @@ TEST(NcclWorkerSpy, RendezvousModesAreExclusiveAndTheUniqueIdIsChecked) {
   expect_refused({{"rank_offset", 1}, {"world_size", 2}}, "field 'master_address'");
 }
 
-// A communicator standing in for the sender on the worker's side: each broadcast receives the
-// next bytes of what the sender would send, and where it was received into is recorded.
-class FeedingCommunicator : public plugins::Communicator {
- public:
-  FeedingCommunicator(const std::vector<unsigned char>& stream, std::vector<const void*>& into)
-      : stream_(stream), into_(into) {}
-  void broadcast(void* data, std::size_t bytes, DLDataType, int, const std::string&) override {
-    ASSERT_LE(at_ + bytes, stream_.size());
-    std::memcpy(data, stream_.data() + at_, bytes);
-    at_ += bytes;
-    into_.push_back(data);
-  }
-  void abort() override {}
-  bool broken() const override { return false; }
-
- private:
-  const std::vector<unsigned char>& stream_;
-  std::vector<const void*>& into_;
-  std::size_t at_ = 0;
-};
-
 // A host's loader as a packed worker meets it: destinations for the first `offered` tensors,
 // either back to back in one block (as the reference receiver stages them) or each apart; the
 // rest arrive through load(). Records every call.
@@ -510,7 +489,7 @@ std::unique_ptr<nccl::NcclWorker> packed_worker(const PackedRound& round,
                                                    {"packed_buffer_size_bytes", 64},
                                                    {"packed_num_buffers", 2}},
                                               [&](const plugins::CommunicatorOptions&) {
-                                                return std::make_unique<FeedingCommunicator>(
+                                                return std::make_unique<test::FeedingCommunicator>(
                                                     round.stream, into);
                                               });
   w->start();

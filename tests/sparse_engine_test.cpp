@@ -1,7 +1,9 @@
 // The sparse_nccl engines on their own, from the plugin's sources, with a recording client and a
 // spy communicator (the reference suite's sparse cases): the worker init payload, the call order,
-// exactly two broadcasts per patch (indices, then values), an empty round that does nothing, and
-// every malformed patch rejected before any call or collective.
+// a host round as one packed broadcast and vLLM's wire (two broadcasts per patch: indices, then
+// values), an empty round that does nothing, and every malformed patch rejected before any call
+// or collective.
+#include "packed_round.hpp"
 #include "sparse_trainer.hpp"
 #include "sparse_worker.hpp"
 
@@ -79,31 +81,78 @@ TEST(SparseTrainerSpy, InitShipsVllmsSevenKeysWithTheUnpackedDefaults) {
                                                           {"packed_num_buffers", 2}}));
 }
 
-TEST(SparseTrainerSpy, SendDrivesTheClientInOrderWithTwoBroadcastsPerPatch) {
-  test::RecordingClient client;
-  Spy spy;
-  sparse::SparseTrainer trainer(context(client), info(), spy.factory());
+// Two patches: w (2 float32 values in a 4x4 tensor) and v (3 in a 6-element one).
+struct TwoPatches {
   Patch a, b;
-  b.name = "v";
-  b.indices = {0, 3, 5};
-  b.values = {1, 2, 3};
-  b.full = {6};
-  sdk::SendArgs args;
-  args.weight_version = "step-1";
-  args.patches = {a.view(), b.view()};
-  trainer.send_weights(args);
+  TwoPatches() {
+    b.name = "v";
+    b.indices = {0, 3, 5};
+    b.values = {1, 2, 3};
+    b.full = {6};
+  }
+  sdk::SendArgs args() {
+    sdk::SendArgs args;
+    args.weight_version = "step-1";
+    args.patches = {a.view(), b.view()};
+    return args;
+  }
+};
+
+void expect_vllms_update_info(const test::RecordingClient& client) {
   EXPECT_THAT(client.methods(), ElementsAre("init", "start", "update", "finish"));
   EXPECT_EQ(json::parse(client.calls()[2].payload), json({{"names", {"w", "v"}},
                                                           {"dtype_names", {"float32", "float32"}},
                                                           {"shapes", {{4, 4}, {6}}},
                                                           {"num_updates_list", {2, 3}}}));
+}
+
+TEST(SparseTrainerSpy, AHostRoundIsOnePackedBroadcastIndicesThenValues) {
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory());
+  TwoPatches round;
+  trainer.send_weights(round.args());
+  expect_vllms_update_info(client);
+  ASSERT_EQ(spy.log->size(), 1u) << "the round in one broadcast";
+  const auto& wire = (*spy.log)[0].data;
+  ASSERT_EQ(wire.size(), 4u * 5 + 4 * 5) << "5 int32 indices, then 5 float32 values";
+  std::vector<int32_t> indices(5);
+  std::vector<float> values(5);
+  std::memcpy(indices.data(), wire.data(), 20);
+  std::memcpy(values.data(), wire.data() + 20, 20);
+  EXPECT_THAT(indices, ElementsAre(1, 7, 0, 3, 5));
+  EXPECT_THAT(values, ElementsAre(10, 20, 1, 2, 3));
+}
+
+TEST(SparseTrainerSpy, VllmsWireIsTwoBroadcastsPerPatchIndicesThenValues) {
+  // The wire of CUDA rounds (NCCL peers may be vLLM's workers), here on host memory.
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory(), false);
+  TwoPatches round;
+  trainer.send_weights(round.args());
+  expect_vllms_update_info(client);
   ASSERT_EQ(spy.log->size(), 4u) << "indices then values, per patch";
   EXPECT_EQ((*spy.log)[0].bytes, 8u);
   EXPECT_EQ((*spy.log)[0].dtype.code, kDLInt);
-  EXPECT_EQ(std::memcmp((*spy.log)[0].data.data(), a.indices.data(), 8), 0);
-  EXPECT_EQ(std::memcmp((*spy.log)[1].data.data(), a.values.data(), 8), 0);
+  EXPECT_EQ(std::memcmp((*spy.log)[0].data.data(), round.a.indices.data(), 8), 0);
+  EXPECT_EQ(std::memcmp((*spy.log)[1].data.data(), round.a.values.data(), 8), 0);
   EXPECT_EQ((*spy.log)[2].bytes, 12u);
-  EXPECT_EQ(std::memcmp((*spy.log)[3].data.data(), b.values.data(), 12), 0);
+  EXPECT_EQ(std::memcmp((*spy.log)[3].data.data(), round.b.values.data(), 12), 0);
+}
+
+TEST(SparsePackedRound, ValuesAreAlignedToTheirElementSize) {
+  // 3 + 1 int32 indices (16 bytes); the 3 float64 values at 16 (to 40); the bfloat16 one at 40.
+  auto layout = sparse::packed_round_layout({3, 1}, {8, 2});
+  EXPECT_THAT(layout.indices_at, ElementsAre(0u, 12u));
+  EXPECT_THAT(layout.values_at, ElementsAre(16u, 40u));
+  EXPECT_EQ(layout.bytes, 42u);
+  try {
+    sparse::packed_round_layout({int64_t{1} << 62}, {2});
+    FAIL();
+  } catch (const sdk::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("more bytes than 64 bits can count"));
+  }
 }
 
 TEST(SparseTrainerSpy, AnEmptyRoundDoesNothingAtAll) {
@@ -218,6 +267,70 @@ TEST(SparseTrainerSpy, AMissingFullShapeIsRefused) {
   }
   EXPECT_THAT(client.methods(), ElementsAre("init"));
   EXPECT_TRUE(spy.log->empty());
+}
+
+// What the trainer sent for TwoPatches, as each wire has it, received by a worker whose loader
+// records the patches it is handed.
+void expect_worker_reads(bool packed_wire) {
+  TwoPatches round;
+  test::RecordingClient client;
+  Spy spy;
+  sparse::SparseTrainer trainer(context(client), info(), spy.factory(), packed_wire);
+  trainer.send_weights(round.args());
+  std::vector<unsigned char> stream;
+  for (const auto& b : *spy.log) stream.insert(stream.end(), b.data.begin(), b.data.end());
+  std::vector<const void*> into;
+  sparse::SparseWorker worker(
+      sdk::WorkerContext{},
+      {{"master_address", "h"}, {"master_port", 1}, {"rank_offset", 1}, {"world_size", 2}},
+      [&](const plugins::CommunicatorOptions&) {
+        return std::make_unique<test::FeedingCommunicator>(stream, into);
+      },
+      packed_wire);
+  worker.start();
+  struct Seen {
+    std::string name;
+    std::vector<int32_t> indices;
+    std::vector<float> values;
+    std::vector<int64_t> full;
+  };
+  std::vector<Seen> seen;
+  wt_loader l{};
+  l.struct_size = sizeof l;
+  l.abi_version = WT_ABI_VERSION;
+  l.ctx = &seen;
+  l.load_patches = [](void* ctx, const wt_sparse_patch* p, size_t n, char*, size_t) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto count = static_cast<std::size_t>(p[i].indices.shape[0]);
+      const auto* idx = static_cast<const int32_t*>(p[i].indices.data);
+      const auto* val = static_cast<const float*>(p[i].values.data);
+      static_cast<std::vector<Seen>*>(ctx)->push_back(
+          {p[i].name,
+           {idx, idx + count},
+           {val, val + count},
+           {p[i].full_shape, p[i].full_shape + p[i].full_ndim}});
+    }
+    return WT_OK;
+  };
+  worker.receive(json::parse(client.calls()[2].payload), sdk::LoaderRef(&l));
+  EXPECT_EQ(into.size(), packed_wire ? 1u : 4u);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].name, "w");
+  EXPECT_EQ(seen[0].indices, round.a.indices);
+  EXPECT_EQ(seen[0].values, round.a.values);
+  EXPECT_EQ(seen[0].full, round.a.full);
+  EXPECT_EQ(seen[1].name, "v");
+  EXPECT_EQ(seen[1].indices, round.b.indices);
+  EXPECT_EQ(seen[1].values, round.b.values);
+  EXPECT_EQ(seen[1].full, round.b.full);
+}
+
+TEST(SparseWorkerSpy, ReadsAPackedHostRoundIntoEveryPatch) {
+  expect_worker_reads(true);
+}
+
+TEST(SparseWorkerSpy, ReadsVllmsWireIntoEveryPatch) {
+  expect_worker_reads(false);
 }
 
 TEST(SparseWorkerSpy, UpdateInfoIsCheckedAsVllmChecksIt) {

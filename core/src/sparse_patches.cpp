@@ -8,7 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
+#include <span>
+#include <unordered_map>
 
 namespace wt::detail {
 namespace {
@@ -40,10 +41,10 @@ void validate_patches(std::span<const wt_sparse_patch> patches,
   // Across the batch, per parameter: the indices, and whether they are known to be strictly
   // increasing (one patch whose indices are, as a delta produces them: no sort needed).
   struct Seen {
-    std::vector<int32_t> all;
+    std::vector<std::span<const int32_t>> parts;  // the patches' indices, not copied
     bool increasing = true;
   };
-  std::map<std::string, Seen> indices_of;
+  std::unordered_map<std::string, Seen> indices_of;
   for (const auto& p : patches) {
     if (p.name == nullptr || *p.name == '\0')
       throw Error(WT_ERR_INVALID_ARGUMENT, "a patch has no parameter name");
@@ -87,13 +88,14 @@ void validate_patches(std::span<const wt_sparse_patch> patches,
     }
     auto [it, first] = indices_of.try_emplace(p.name);
     it->second.increasing = first && increasing;
-    it->second.all.insert(it->second.all.end(), idx, idx + n);
+    it->second.parts.emplace_back(idx, static_cast<std::size_t>(n));
   }
   // Twice the same index of a parameter, in one patch or in two of the batch, would make the result
   // depend on the order of application.
   for (auto& [name, seen] : indices_of) {
     if (seen.increasing) continue;
-    auto& all = seen.all;
+    std::vector<int32_t> all;
+    for (auto part : seen.parts) all.insert(all.end(), part.begin(), part.end());
     std::sort(all.begin(), all.end());
     if (auto d = std::adjacent_find(all.begin(), all.end()); d != all.end())
       throw Error(WT_ERR_INVALID_ARGUMENT,

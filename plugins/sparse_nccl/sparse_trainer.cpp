@@ -2,9 +2,12 @@
 
 #include "../common/device_bytes.hpp"
 #include "../common/domains.hpp"
+#include "packed_round.hpp"
 #include "patch_rules.hpp"
 
 #include <wt/dtype.hpp>
+
+#include <cstring>
 
 namespace wt::sparse {
 
@@ -20,11 +23,12 @@ void read_device(int device, void* dst, const void* src, std::size_t n) {
 }  // namespace
 
 SparseTrainer::SparseTrainer(const sdk::TrainerContext& context, const SparseInitInfo& info,
-                             plugins::CommunicatorFactory make_communicator)
+                             plugins::CommunicatorFactory make_communicator, bool pack_host_rounds)
     : log_(context.host, "[sparse_nccl] "),
       info_(info),
       client_(context.client),
-      sender_(info.rendezvous.rank == 0) {
+      sender_(info.rendezvous.rank == 0),
+      pack_host_rounds_(pack_host_rounds) {
   if (context.source.valid())
     fail(WT_ERR_INVALID_ARGUMENT,
          "sparse_nccl takes no WeightSource: each round's patches are what send_weights sends");
@@ -73,7 +77,15 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
   try {
     if (rpc->done()) rpc->wait(aborted_);  // a refusal that already arrived: no collective
     if (round.cuda_device >= 0) plugins::wait_stream(round.cuda_device, args.stream);
+    if (round.cuda_device < 0 && pack_host_rounds_) {
+      const unsigned char* packed = pack_round(patches);
+      started = true;
+      group_->broadcast(
+          const_cast<unsigned char*>(packed), packed_bytes_, {kDLUInt, 8, 1}, 0,
+          "broadcast of the round's " + std::to_string(patches.size()) + " patches (packed)");
+    }
     for (const auto& p : patches) {
+      if (round.cuda_device < 0 && pack_host_rounds_) break;
       if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
       const auto n = static_cast<std::size_t>(p.indices.shape[0]);
       started = true;
@@ -99,6 +111,38 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
   client_.finish_weight_update(args.weight_version);
   // The broadcasts are done with the patches' memory (each waited for its stream): the caller may
   // free or rebuild them now.
+}
+
+const unsigned char* SparseTrainer::pack_round(std::span<const wt_sparse_patch> patches) {
+  std::vector<int64_t> counts;
+  std::vector<std::size_t> sizes;
+  for (const auto& p : patches) {
+    counts.push_back(p.indices.shape[0]);
+    sizes.push_back(element_size(p.values.dtype));
+  }
+  const auto layout = packed_round_layout(counts, sizes);
+  if (packed_capacity_ < layout.bytes) {
+    packed_.reset(new unsigned char[layout.bytes]);  // uninitialised: every byte is written
+    packed_capacity_ = layout.bytes;
+  }
+  packed_bytes_ = layout.bytes;
+  for (std::size_t i = 0; i < patches.size(); ++i) {
+    const auto& p = patches[i];
+    const auto n = static_cast<std::size_t>(counts[i]);
+    std::memcpy(packed_.get() + layout.indices_at[i],
+                static_cast<const unsigned char*>(p.indices.data) + p.indices.byte_offset, 4 * n);
+    std::memcpy(packed_.get() + layout.values_at[i],
+                static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset,
+                sizes[i] * n);
+    // Alignment padding: zeros rather than stale bytes.
+    const uint64_t end = layout.values_at[i] + sizes[i] * n;
+    const uint64_t next = i + 1 < patches.size() ? layout.values_at[i + 1] : layout.bytes;
+    std::memset(packed_.get() + end, 0, next - end);
+  }
+  if (!patches.empty() && layout.values_at[0] > layout.indices_at.back() + 4 * counts.back())
+    std::memset(packed_.get() + layout.indices_at.back() + 4 * counts.back(), 0,
+                layout.values_at[0] - (layout.indices_at.back() + 4 * counts.back()));
+  return packed_.get();
 }
 
 }  // namespace wt::sparse

@@ -3,6 +3,7 @@
 #include "../common/device_bytes.hpp"
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
+#include "packed_round.hpp"
 
 #include <wt/dtype.hpp>
 
@@ -13,9 +14,28 @@ namespace wt::sparse {
 
 using sdk::fail;
 
+namespace {
+
+// A patch of host memory, as the loader takes it; `length` is its element count.
+wt_sparse_patch patch_view(const ParamMeta& param, void* indices, void* values, int64_t* length) {
+  wt_sparse_patch p{};
+  p.struct_size = sizeof p;
+  p.abi_version = WT_ABI_VERSION;
+  p.name = param.name.c_str();
+  p.indices = DLTensor{indices, {kDLCPU, 0}, 1, {kDLInt, 32, 1}, length, nullptr, 0};
+  p.values = DLTensor{values, {kDLCPU, 0}, 1, param.dtype, length, nullptr, 0};
+  p.full_ndim = static_cast<int32_t>(param.shape.size());
+  p.full_shape = param.shape.data();
+  return p;
+}
+
+}  // namespace
+
 SparseWorker::SparseWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
-                           plugins::CommunicatorFactory make_communicator)
-    : log_(context.host, "[sparse_nccl] "), device_(context.device) {
+                           plugins::CommunicatorFactory make_communicator, bool pack_host_rounds)
+    : log_(context.host, "[sparse_nccl] "),
+      device_(context.device),
+      pack_host_rounds_(pack_host_rounds) {
   const auto init = plugins::read_worker_init(context, init_info, "sparse_nccl");
   group_ = plugins::join_worker_domain(init, device_, std::move(make_communicator));
   log_.debug("worker ready: rank {} of {}", init.options.rank, init.options.world_size);
@@ -61,15 +81,32 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
   }
   // Every patch arrives before any is applied.
   const bool cuda = device_.device_type == kDLCUDA;
+  std::vector<int64_t> lengths(counts);
+  if (!cuda && pack_host_rounds_) {  // one broadcast for the round (packed_round.hpp)
+    std::vector<std::size_t> sizes;
+    for (const auto& p : params) sizes.push_back(element_size(p.dtype));
+    const auto layout = packed_round_layout(counts, sizes);
+    if (packed_capacity_ < layout.bytes) {
+      packed_.reset(new unsigned char[layout.bytes]);  // uninitialised: the broadcast fills it
+      packed_capacity_ = layout.bytes;
+    }
+    group_->broadcast(
+        packed_.get(), layout.bytes, {kDLUInt, 8, 1}, 0,
+        "broadcast of the round's " + std::to_string(params.size()) + " patches (packed)");
+    std::vector<wt_sparse_patch> batch(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i)
+      batch[i] = patch_view(params[i], packed_.get() + layout.indices_at[i],
+                            packed_.get() + layout.values_at[i], &lengths[i]);
+    loader.load_patches(batch);
+    return;
+  }
   std::vector<std::vector<int32_t>> indices(params.size());
   std::vector<std::vector<unsigned char>> values(params.size());
-  std::vector<int64_t> lengths(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto n = static_cast<std::size_t>(counts[i]);
     const std::size_t vbytes = n * element_size(params[i].dtype);
     indices[i].resize(n);
     values[i].resize(vbytes);
-    lengths[i] = counts[i];
     const std::string& name = params[i].name;
     if (!cuda) {
       group_->broadcast(indices[i].data(), 4 * n, {kDLInt, 32, 1}, 0,
@@ -88,17 +125,8 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
     plugins::wait_stream(device_.device_id, group_->stream());
   }
   std::vector<wt_sparse_patch> batch(params.size());
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    auto& p = batch[i];
-    p.struct_size = sizeof p;
-    p.abi_version = WT_ABI_VERSION;
-    p.name = params[i].name.c_str();
-    p.indices =
-        DLTensor{indices[i].data(), {kDLCPU, 0}, 1, {kDLInt, 32, 1}, &lengths[i], nullptr, 0};
-    p.values = DLTensor{values[i].data(), {kDLCPU, 0}, 1, params[i].dtype, &lengths[i], nullptr, 0};
-    p.full_ndim = static_cast<int32_t>(params[i].shape.size());
-    p.full_shape = params[i].shape.data();
-  }
+  for (std::size_t i = 0; i < params.size(); ++i)
+    batch[i] = patch_view(params[i], indices[i].data(), values[i].data(), &lengths[i]);
   loader.load_patches(batch);
 }
 

@@ -1,8 +1,10 @@
 // The sparse_nccl worker engine: joins the domain at init like the nccl worker (the same init
-// info, vLLM's 7 keys). Per update it receives every patch the update names (its indices, then its
-// values), and only when all have arrived hands them to the loader's patch load as one batch, which
-// checks them all against the weights it holds (name, full shape, dtype, range, duplicates) before
-// applying any: a rejected round changes nothing. CUDA patches are brought to host memory first.
+// info, vLLM's 7 keys). Per update it receives every patch the update names (host memory: the
+// round as one packed broadcast, packed_round.hpp; CUDA: per patch its indices, then its values,
+// as vLLM sends them), and only when all have arrived hands them to the loader's patch load as one
+// batch, which checks them all against the weights it holds (name, full shape, dtype, range,
+// duplicates) before applying any: a rejected round changes nothing. CUDA patches are brought to
+// host memory first.
 #pragma once
 
 #include "../common/communicator.hpp"
@@ -17,8 +19,9 @@ namespace wt::sparse {
 
 class SparseWorker final : public sdk::WorkerBase {
  public:
+  // pack_host_rounds: as the trainer's (sparse_trainer.hpp); both sides must agree.
   SparseWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
-               plugins::CommunicatorFactory make_communicator = {});
+               plugins::CommunicatorFactory make_communicator = {}, bool pack_host_rounds = true);
   void start() override;
   void receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) override;
   void finish() override;
@@ -29,6 +32,9 @@ class SparseWorker final : public sdk::WorkerBase {
   DLDevice device_{kDLCPU, 0};
   std::unique_ptr<plugins::Communicator> group_;
   plugins::WorkerSession session_{"sparse_nccl"};
+  bool pack_host_rounds_;
+  std::unique_ptr<unsigned char[]> packed_;  // a host round's bytes, reused across rounds
+  uint64_t packed_capacity_ = 0;
 };
 
 }  // namespace wt::sparse

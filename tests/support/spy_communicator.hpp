@@ -5,7 +5,9 @@
 
 #include "../../plugins/common/communicator.hpp"
 
+#include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,28 @@ struct Spy {
       return std::make_unique<SpyCommunicator>(log);
     };
   }
+};
+
+// A communicator standing in for the sender on a worker's side: each broadcast receives the next
+// bytes of what the sender would send, and where it was received into is recorded.
+class FeedingCommunicator : public plugins::Communicator {
+ public:
+  FeedingCommunicator(const std::vector<unsigned char>& stream, std::vector<const void*>& into)
+      : stream_(stream), into_(into) {}
+  void broadcast(void* data, std::size_t bytes, DLDataType, int, const std::string&) override {
+    if (at_ + bytes > stream_.size())
+      throw std::runtime_error("the worker received more than the sender sent");
+    std::memcpy(data, stream_.data() + at_, bytes);
+    at_ += bytes;
+    into_.push_back(data);
+  }
+  void abort() override {}
+  bool broken() const override { return false; }
+
+ private:
+  const std::vector<unsigned char>& stream_;
+  std::vector<const void*>& into_;
+  std::size_t at_ = 0;
 };
 
 }  // namespace wt::test
