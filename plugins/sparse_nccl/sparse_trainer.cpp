@@ -126,22 +126,23 @@ const unsigned char* SparseTrainer::pack_round(std::span<const wt_sparse_patch> 
     packed_capacity_ = layout.bytes;
   }
   packed_bytes_ = layout.bytes;
+  unsigned char* out = packed_.get();
+  uint64_t end = 0;  // where the bytes written so far end; an alignment gap after it gets zeros
   for (std::size_t i = 0; i < patches.size(); ++i) {
     const auto& p = patches[i];
-    const auto n = static_cast<std::size_t>(counts[i]);
-    std::memcpy(packed_.get() + layout.indices_at[i],
-                static_cast<const unsigned char*>(p.indices.data) + p.indices.byte_offset, 4 * n);
-    std::memcpy(packed_.get() + layout.values_at[i],
-                static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset,
-                sizes[i] * n);
-    // Alignment padding: zeros rather than stale bytes.
-    const uint64_t end = layout.values_at[i] + sizes[i] * n;
-    const uint64_t next = i + 1 < patches.size() ? layout.values_at[i + 1] : layout.bytes;
-    std::memset(packed_.get() + end, 0, next - end);
+    std::memcpy(out + layout.indices_at[i],
+                static_cast<const unsigned char*>(p.indices.data) + p.indices.byte_offset,
+                4 * static_cast<std::size_t>(counts[i]));
+    end = layout.indices_at[i] + 4 * static_cast<uint64_t>(counts[i]);
   }
-  if (!patches.empty() && layout.values_at[0] > layout.indices_at.back() + 4 * counts.back())
-    std::memset(packed_.get() + layout.indices_at.back() + 4 * counts.back(), 0,
-                layout.values_at[0] - (layout.indices_at.back() + 4 * counts.back()));
+  for (std::size_t i = 0; i < patches.size(); ++i) {
+    const auto& p = patches[i];
+    const std::size_t n = sizes[i] * static_cast<std::size_t>(counts[i]);
+    std::memset(out + end, 0, layout.values_at[i] - end);
+    std::memcpy(out + layout.values_at[i],
+                static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset, n);
+    end = layout.values_at[i] + n;
+  }
   return packed_.get();
 }
 
