@@ -339,11 +339,12 @@ TEST_F(DeltaReceiver, BadPatchesAreRefusedAndChangeNothing) {
     std::vector<int> full;
     const char* expected;
   };
-  for (const auto& c :
-       std::vector<Case>{{{1, 7}, {5, 5}, {4}, "index 7 at position 1 is outside [0, 4)"},
-                         {{2, 2}, {5, 6}, {4}, "index 2 appears more than once in this batch"},
-                         {{0}, {5}, {2, 2}, "full_shape [2, 2] differs"},
-                         {{0, 1}, {5}, {4}, "as many elements as indices"}}) {
+  for (const auto& c : std::vector<Case>{
+           {{1, 7}, {5, 5}, {4}, "index 7 at position 1 is outside [0, 4)"},
+           {{2, 2}, {5, 6}, {4}, "index 2 appears more than once in this batch"},
+           {{0}, {5}, {2, 2}, "full_shape [2, 2] differs"},
+           {{0, 1}, {5}, {4}, "as many elements as indices"},
+           {{0, 1, 2, 3, 0}, {5, 5, 5, 5, 5}, {4}, "5 indices for a parameter of 4"}}) {
     r.start_weight_update();
     auto e = error_of([&] { patch(c.idx, c.vals, c.full); });
     EXPECT_THAT(e.what(), HasSubstr(c.expected));

@@ -1,9 +1,11 @@
 // The multi-threaded copy of the receiver and of ipc packing: every byte lands where it belongs,
 // whatever the split.
 #include <wt/sdk/parallel_copy.hpp>
+#include <wt/sdk/parallel_for.hpp>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -46,6 +48,18 @@ TEST(ParallelCopy, SmallBatchAndEmptyBatch) {
   parallel_copy({}, 8);
   EXPECT_GE(default_copy_threads(), 1u);
   EXPECT_LE(default_copy_threads(), 8u);
+}
+
+TEST(ParallelFor, EveryItemRunsExactlyOnceWhateverTheThreadCount) {
+  for (unsigned threads : {0u, 1u, 2u, 5u, 64u}) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+      std::vector<std::atomic<int>> runs(count);
+      parallel_for(count, threads, [&](std::size_t i) { runs[i].fetch_add(1); });
+      for (std::size_t i = 0; i < count; ++i)
+        ASSERT_EQ(runs[i].load(), 1)
+            << "item " << i << " of " << count << ", " << threads << " threads";
+    }
+  }
 }
 
 }  // namespace

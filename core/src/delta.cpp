@@ -52,6 +52,13 @@ void differing_bytes(const unsigned char* a, const unsigned char* b, std::size_t
     if (std::memcmp(a + i * size, b + i * size, size) != 0) out.push_back(static_cast<int32_t>(i));
 }
 
+// The elements at `indices`, one after another; the size is a constant, so each is one move.
+template <std::size_t kSize>
+void gather(const unsigned char* from, const std::vector<int32_t>& indices, unsigned char* out) {
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    std::memcpy(out + i * kSize, from + static_cast<std::size_t>(indices[i]) * kSize, kSize);
+}
+
 }  // namespace
 
 wt_sparse_patch Delta::patch() const {
@@ -134,9 +141,24 @@ Delta make_delta(const std::string& name, const DLTensor& previous, const DLTens
   for (const auto& p : parts) d.indices.insert(d.indices.end(), p.begin(), p.end());
   d.count = static_cast<int64_t>(total);
   d.values.resize(total * size);
-  for (std::size_t i = 0; i < total; ++i)
-    std::memcpy(d.values.data() + i * size, b + static_cast<std::size_t>(d.indices[i]) * size,
-                size);
+  switch (size) {
+    case 1:
+      gather<1>(b, d.indices, d.values.data());
+      break;
+    case 2:
+      gather<2>(b, d.indices, d.values.data());
+      break;
+    case 4:
+      gather<4>(b, d.indices, d.values.data());
+      break;
+    case 8:
+      gather<8>(b, d.indices, d.values.data());
+      break;
+    default:
+      for (std::size_t i = 0; i < total; ++i)
+        std::memcpy(d.values.data() + i * size, b + static_cast<std::size_t>(d.indices[i]) * size,
+                    size);
+  }
   return d;
 }
 

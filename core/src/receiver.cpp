@@ -6,6 +6,7 @@
 #include <wt/json_parse.hpp>
 #include <wt/log.hpp>
 #include <wt/sdk/parallel_copy.hpp>
+#include <wt/sdk/parallel_for.hpp>
 
 #include "sparse_patches.hpp"
 #include "staging_arena.hpp"
@@ -71,6 +72,19 @@ void Receiver::drop_pending_patches(const std::string& name) {
   std::erase_if(pending_patches_, [&](const PendingPatch& p) { return p.name == name; });
 }
 
+std::size_t Receiver::reserve_pending_bytes(std::size_t n) {
+  const std::size_t at = (pending_size_ + 15) / 16 * 16;  // aligned for any element type
+  if (pending_capacity_ < at + n) {
+    const std::size_t capacity = std::max(at + n, 2 * pending_capacity_);
+    std::unique_ptr<unsigned char[]> grown(new unsigned char[capacity]);  // uninitialised
+    if (pending_size_ > 0) std::memcpy(grown.get(), pending_bytes_.get(), pending_size_);
+    pending_bytes_ = std::move(grown);
+    pending_capacity_ = capacity;
+  }
+  pending_size_ = at + n;
+  return at;
+}
+
 void Receiver::wait_for_device_copies() {
   if (options_.device_staging) options_.device_staging->synchronize();
 }
@@ -86,6 +100,7 @@ void Receiver::discard_staged() {
     reusable = false;
   }
   pending_patches_.clear();
+  pending_size_ = 0;
   if (reusable)
     while (!staged_.empty()) move_node(staged_.extract(staged_.begin()), spare_);
   else
@@ -170,27 +185,57 @@ class Receiver::RoundLoader final : public Loader {
       if (auto c = r_.committed_.find(name); c != r_.committed_.end()) return &c->second;
       return nullptr;
     };
-    detail::validate_patches(patches, [&](const std::string& name) -> const detail::PatchTarget* {
-      const Tensor* t = current(name);
-      if (t == nullptr) return nullptr;
-      return &(targets[name] = detail::PatchTarget{t->dtype, t->shape});
-    });
-    for (const auto& p : patches) {
+    const std::vector<int64_t> limits = detail::check_patch_forms(
+        patches, [&](const std::string& name) -> const detail::PatchTarget* {
+          const Tensor* t = current(name);
+          if (t == nullptr) return nullptr;
+          return &(targets[name] = detail::PatchTarget{t->dtype, t->shape});
+        });
+    // The elements are copied (the patch's memory is the backend's only for this call) on the load
+    // threads, and the copies are what is checked and applied: a backend that changes its buffer
+    // meanwhile cannot slip an unchecked index in.
+    const std::size_t mark = r_.pending_size_;
+    std::vector<std::pair<std::size_t, std::size_t>> at(patches.size());  // indices, values
+    uint64_t total = 0;
+    for (std::size_t k = 0; k < patches.size(); ++k) {
+      const auto n = static_cast<std::size_t>(patches[k].indices.shape[0]);
+      const std::size_t value_bytes = n * element_size(patches[k].values.dtype);
+      at[k] = {r_.reserve_pending_bytes(4 * n), r_.reserve_pending_bytes(value_bytes)};
+      total += 4 * n + value_bytes;
+    }
+    unsigned char* kept_bytes = r_.pending_bytes_.get();  // room made: it no longer moves
+    std::vector<wt_sparse_patch> kept(patches.begin(), patches.end());
+    std::vector<IndexScan> scans(patches.size());
+    constexpr uint64_t kParallelBytes = uint64_t{1} << 20;  // below: not worth a thread
+    parallel_for(patches.size(), total < kParallelBytes ? 1 : r_.load_threads_, [&](std::size_t k) {
+      const wt_sparse_patch& p = patches[k];
       const auto n = static_cast<std::size_t>(p.indices.shape[0]);
-      const std::size_t es = element_size(p.values.dtype);
-      bytes += n * es;
-      if (auto staged = r_.staged_.find(p.name); staged != r_.staged_.end()) {
-        detail::apply_patch(p, staged->second.data.get());  // rewritten this round: patch that
-        continue;
-      }
-      // Kept until finish (the patch's memory is the backend's only for this call).
-      PendingPatch kept{p.name, p.values.dtype, std::vector<int32_t>(n),
-                        std::vector<unsigned char>(n * es)};
-      std::memcpy(kept.indices.data(),
+      kept[k].indices.data = kept_bytes + at[k].first;
+      kept[k].indices.byte_offset = 0;
+      kept[k].values.data = kept_bytes + at[k].second;
+      kept[k].values.byte_offset = 0;
+      std::memcpy(kept[k].indices.data,
                   static_cast<const unsigned char*>(p.indices.data) + p.indices.byte_offset, 4 * n);
-      std::memcpy(kept.values.data(),
-                  static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset, n * es);
-      r_.pending_patches_.push_back(std::move(kept));
+      std::memcpy(kept[k].values.data,
+                  static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset,
+                  n * element_size(p.values.dtype));
+      scans[k] = scan_indices(kept[k].indices.data, n, limits[k]);
+    });
+    try {
+      detail::judge_patch_indices(kept, scans, limits);
+    } catch (...) {
+      r_.pending_size_ = mark;  // nothing of this batch is kept
+      throw;
+    }
+    // A tensor rewritten this round is patched in its staged copy now; the others at finish.
+    for (std::size_t k = 0; k < kept.size(); ++k) {
+      const wt_sparse_patch& p = kept[k];
+      bytes += static_cast<uint64_t>(p.indices.shape[0]) * element_size(p.values.dtype);
+      if (auto staged = r_.staged_.find(p.name); staged != r_.staged_.end())
+        detail::apply_patch(p, staged->second.data.get());
+      else
+        r_.pending_patches_.push_back(
+            {p.name, p.values.dtype, p.indices.shape[0], at[k].first, at[k].second});
     }
   }
 
@@ -406,17 +451,12 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
   auto apply = [&](std::size_t first, std::size_t step) {
     for (std::size_t k = first; k < work.size(); k += step)
       for (const PendingPatch* p : *work[k].first) {
-        int64_t n = static_cast<int64_t>(p->indices.size());
+        int64_t n = p->count;
         wt_sparse_patch view{};
-        view.indices = DLTensor{const_cast<int32_t*>(p->indices.data()),
-                                {kDLCPU, 0},
-                                1,
-                                {kDLInt, 32, 1},
-                                &n,
-                                nullptr,
-                                0};
-        view.values = DLTensor{
-            const_cast<unsigned char*>(p->values.data()), {kDLCPU, 0}, 1, p->dtype, &n, nullptr, 0};
+        view.indices = DLTensor{
+            pending_bytes_.get() + p->indices_at, {kDLCPU, 0}, 1, {kDLInt, 32, 1}, &n, nullptr, 0};
+        view.values =
+            DLTensor{pending_bytes_.get() + p->values_at, {kDLCPU, 0}, 1, p->dtype, &n, nullptr, 0};
         detail::apply_patch(view, work[k].second);
       }
   };
@@ -427,6 +467,7 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
   apply(0, threads);
   for (auto& t : pool) t.join();
   pending_patches_.clear();
+  pending_size_ = 0;
   if (weight_version) version_ = weight_version;
   ++rounds_;
 }

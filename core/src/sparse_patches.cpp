@@ -2,6 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/sdk/patch_scan.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 
 namespace wt::detail {
@@ -36,16 +38,12 @@ std::string shown(DLDataType d) {
 
 }  // namespace
 
-void validate_patches(std::span<const wt_sparse_patch> patches,
-                      const std::function<const PatchTarget*(const std::string&)>& target) {
-  // Across the batch, per parameter: the indices, and whether they are known to be strictly
-  // increasing (one patch whose indices are, as a delta produces them: no sort needed).
-  struct Seen {
-    std::vector<std::span<const int32_t>> parts;  // the patches' indices, not copied
-    bool increasing = true;
-  };
-  std::unordered_map<std::string, Seen> indices_of;
-  for (const auto& p : patches) {
+std::vector<int64_t> check_patch_forms(
+    std::span<const wt_sparse_patch> patches,
+    const std::function<const PatchTarget*(const std::string&)>& target) {
+  std::vector<int64_t> limits;
+  limits.reserve(patches.size());
+  for (const wt_sparse_patch& p : patches) {
     if (p.name == nullptr || *p.name == '\0')
       throw Error(WT_ERR_INVALID_ARGUMENT, "a patch has no parameter name");
     const PatchTarget* t = target(p.name);
@@ -67,35 +65,56 @@ void validate_patches(std::span<const wt_sparse_patch> patches,
         p.values.dtype.lanes != t->dtype.lanes)
       bad(p, fmt::format("values have dtype {} but the parameter is {}", shown(p.values.dtype),
                          shown(t->dtype)));
-    const int64_t n = p.indices.shape[0];
-    if (n > 0 && (p.indices.data == nullptr || p.values.data == nullptr))
+    if (p.indices.shape[0] > 0 && (p.indices.data == nullptr || p.values.data == nullptr))
       bad(p, "indices or values have no data pointer");
     if (p.full_ndim < 0) bad(p, "full_shape is not given");
     if (p.full_ndim > 0 && p.full_shape == nullptr) bad(p, "full_ndim > 0 but full_shape is NULL");
-    std::vector<int64_t> full(p.full_shape, p.full_shape + p.full_ndim);
-    if (full != t->shape)
+    const std::span<const int64_t> full(p.full_shape, static_cast<std::size_t>(p.full_ndim));
+    if (!std::equal(full.begin(), full.end(), t->shape.begin(), t->shape.end()))
       bad(p, fmt::format("full_shape [{}] differs from the parameter's shape [{}]",
                          fmt::join(full, ", "), fmt::join(t->shape, ", ")));
     int64_t numel = 1;
     for (auto d : t->shape) numel *= d;
-    const auto* idx = reinterpret_cast<const int32_t*>(static_cast<const char*>(p.indices.data) +
-                                                       p.indices.byte_offset);
+    // More indices than elements hold one twice; refused before a copy of them is sized.
+    if (p.indices.shape[0] > numel)
+      bad(p, fmt::format("{} indices for a parameter of {} elements", p.indices.shape[0], numel));
+    limits.push_back(numel);
+  }
+  return limits;
+}
+
+void judge_patch_indices(std::span<const wt_sparse_patch> patches, std::span<const IndexScan> scans,
+                         std::span<const int64_t> limits) {
+  auto indices_of = [](const wt_sparse_patch& p) {
+    return reinterpret_cast<const int32_t*>(static_cast<const unsigned char*>(p.indices.data) +
+                                            p.indices.byte_offset);
+  };
+  // Across the batch, per parameter: its patches, and whether their indices are known to be
+  // strictly increasing (one patch whose indices are, as a delta produces them: no sort needed).
+  struct Seen {
+    std::vector<std::size_t> patches;
     bool increasing = true;
-    for (int64_t i = 0; i < n; ++i) {
-      if (idx[i] < 0 || idx[i] >= numel)
-        bad(p, fmt::format("index {} at position {} is outside [0, {})", idx[i], i, numel));
-      increasing &= i == 0 || idx[i] > idx[i - 1];
-    }
-    auto [it, first] = indices_of.try_emplace(p.name);
-    it->second.increasing = first && increasing;
-    it->second.parts.emplace_back(idx, static_cast<std::size_t>(n));
+  };
+  std::unordered_map<std::string_view, Seen> seen;
+  for (std::size_t k = 0; k < patches.size(); ++k) {
+    const auto n = static_cast<std::size_t>(patches[k].indices.shape[0]);
+    if (scans[k].out_of_range < n)
+      bad(patches[k], fmt::format("index {} at position {} is outside [0, {})",
+                                  indices_of(patches[k])[scans[k].out_of_range],
+                                  scans[k].out_of_range, limits[k]));
+    auto [it, first] = seen.try_emplace(patches[k].name);
+    it->second.increasing = first && scans[k].increasing;
+    it->second.patches.push_back(k);
   }
   // Twice the same index of a parameter, in one patch or in two of the batch, would make the result
   // depend on the order of application.
-  for (auto& [name, seen] : indices_of) {
-    if (seen.increasing) continue;
+  for (auto& [name, s] : seen) {
+    if (s.increasing) continue;
     std::vector<int32_t> all;
-    for (auto part : seen.parts) all.insert(all.end(), part.begin(), part.end());
+    for (std::size_t k : s.patches) {
+      const int32_t* idx = indices_of(patches[k]);
+      all.insert(all.end(), idx, idx + patches[k].indices.shape[0]);
+    }
     std::sort(all.begin(), all.end());
     if (auto d = std::adjacent_find(all.begin(), all.end()); d != all.end())
       throw Error(WT_ERR_INVALID_ARGUMENT,
@@ -105,19 +124,44 @@ void validate_patches(std::span<const wt_sparse_patch> patches,
   }
 }
 
+namespace {
+
+// Scattered writes wait on memory: the lines a few elements ahead are asked for early. The element
+// size is a constant here, so each write is one move rather than a call to memcpy.
+template <std::size_t kSize>
+void scatter(const int32_t* idx, const unsigned char* val, int64_t n, unsigned char* dst) {
+  constexpr int64_t kAhead = 16;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n)
+      __builtin_prefetch(dst + static_cast<std::size_t>(idx[i + kAhead]) * kSize, 1);
+    std::memcpy(dst + static_cast<std::size_t>(idx[i]) * kSize,
+                val + static_cast<std::size_t>(i) * kSize, kSize);
+  }
+}
+
+}  // namespace
+
 void apply_patch(const wt_sparse_patch& p, unsigned char* dst) {
   const std::size_t es = element_size(p.values.dtype);
   const auto* idx = reinterpret_cast<const int32_t*>(static_cast<const char*>(p.indices.data) +
                                                      p.indices.byte_offset);
   const auto* val = static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset;
-  // Scattered writes wait on memory: ask for the lines a few elements ahead.
   const int64_t n = p.indices.shape[0];
-  constexpr int64_t kAhead = 16;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) __builtin_prefetch(dst + static_cast<std::size_t>(idx[i + kAhead]) * es, 1);
+  switch (es) {
+    case 1:
+      return scatter<1>(idx, val, n, dst);
+    case 2:
+      return scatter<2>(idx, val, n, dst);
+    case 4:
+      return scatter<4>(idx, val, n, dst);
+    case 8:
+      return scatter<8>(idx, val, n, dst);
+    case 16:
+      return scatter<16>(idx, val, n, dst);
+  }
+  for (int64_t i = 0; i < n; ++i)  // other sizes (several lanes): rare
     std::memcpy(dst + static_cast<std::size_t>(idx[i]) * es, val + static_cast<std::size_t>(i) * es,
                 es);
-  }
 }
 
 }  // namespace wt::detail

@@ -148,10 +148,15 @@ class Receiver {
   struct PendingPatch {
     std::string name;
     DLDataType dtype{};
-    std::vector<int32_t> indices;
-    std::vector<unsigned char> values;
+    int64_t count = 0;                          // elements
+    std::size_t indices_at = 0, values_at = 0;  // offsets in pending_bytes_
   };
   std::vector<PendingPatch> pending_patches_;
+  // The pending patches' indices and values, appended as they arrive. The memory is kept from
+  // round to round, so a round's copy lands in pages already mapped, without zero-filling.
+  std::size_t reserve_pending_bytes(std::size_t n);  // returns the offset; the buffer may move
+  std::unique_ptr<unsigned char[]> pending_bytes_;
+  std::size_t pending_size_ = 0, pending_capacity_ = 0;
   TensorMap committed_;
   std::optional<std::string> version_;
   uint64_t rounds_ = 0;

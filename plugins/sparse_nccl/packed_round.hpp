@@ -10,6 +10,7 @@
 #include <wt/sdk/errors.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace wt::sparse {
@@ -50,5 +51,27 @@ inline PackedRoundLayout packed_round_layout(const std::vector<int64_t>& counts,
   out.bytes = at;
   return out;
 }
+
+// A round packed for the wire. The buffer is kept from round to round (grown when a round needs
+// more), so packing writes to memory already mapped.
+class PackedRound {
+ public:
+  // Makes room for `layout` (uninitialised) and takes its offsets.
+  unsigned char* prepare(PackedRoundLayout layout) {
+    if (capacity_ < layout.bytes) {
+      data_.reset(new unsigned char[layout.bytes]);
+      capacity_ = layout.bytes;
+    }
+    layout_ = std::move(layout);
+    return data_.get();
+  }
+  unsigned char* data() { return data_.get(); }
+  const PackedRoundLayout& layout() const { return layout_; }
+
+ private:
+  std::unique_ptr<unsigned char[]> data_;
+  uint64_t capacity_ = 0;
+  PackedRoundLayout layout_;
+};
 
 }  // namespace wt::sparse

@@ -2,11 +2,14 @@
 
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
+#include <wt/sdk/parallel_for.hpp>
+#include <wt/sdk/patch_scan.hpp>
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 
 namespace wt::sparse {
 
@@ -16,33 +19,6 @@ namespace {
 
 bool contiguous_1d(const DLTensor& t) {
   return t.ndim == 1 && (t.strides == nullptr || t.shape[0] <= 1 || t.strides[0] == 1);
-}
-
-// True when any element is NaN; `bits` 16 (float16 or bfloat16), 32 or 64.
-bool has_nan(const unsigned char* p, std::size_t n, DLDataType t) {
-  if (t.code == kDLFloat && t.bits == 32) {
-    for (std::size_t i = 0; i < n; ++i) {
-      uint32_t v;
-      std::memcpy(&v, p + 4 * i, 4);
-      if ((v & 0x7f800000u) == 0x7f800000u && (v & 0x007fffffu)) return true;
-    }
-  } else if (t.code == kDLFloat && t.bits == 64) {
-    for (std::size_t i = 0; i < n; ++i) {
-      uint64_t v;
-      std::memcpy(&v, p + 8 * i, 8);
-      if ((v & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (v & 0x000fffffffffffffull))
-        return true;
-    }
-  } else if (t.bits == 16 && (t.code == kDLFloat || t.code == kDLBfloat)) {
-    const uint16_t exp = t.code == kDLFloat ? 0x7c00 : 0x7f80;
-    const uint16_t man = t.code == kDLFloat ? 0x03ff : 0x007f;
-    for (std::size_t i = 0; i < n; ++i) {
-      uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
-      if ((v & exp) == exp && (v & man)) return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace
@@ -56,24 +32,33 @@ int64_t full_elements(const int64_t* shape, int32_t ndim) {
   return n;
 }
 
-CheckedRound check_round(std::span<const wt_sparse_patch> patches,
-                         void (*read_device)(int, void*, const void*, std::size_t)) {
+CheckedRound check_round(std::span<const wt_sparse_patch> patches, ReadDevice read_device,
+                         unsigned threads, PackedRound* pack) {
+  // A patch's elements, where they are read from, and what reading them found.
+  struct Elements {
+    const unsigned char* indices;
+    const unsigned char* values;
+    std::size_t count;
+    int64_t limit;  // elements of full_shape
+    IndexScan scan{};
+    std::size_t nan_at = 0;
+  };
   CheckedRound round;
-  std::vector<unsigned char> indices_copy, values_copy;
-  std::vector<int32_t> sorted;
-  std::set<std::string> names;
+  std::vector<Elements> elements(patches.size());
+  std::unordered_set<std::string_view> names;
+  uint64_t total_bytes = 0;
   for (std::size_t k = 0; k < patches.size(); ++k) {
     const wt_sparse_patch& p = patches[k];
     if (p.name == nullptr || *p.name == '\0')
       fail(WT_ERR_INVALID_ARGUMENT, "sparse patch {} has no name", k);
-    const std::string name = p.name;
+    const std::string_view name = p.name;
     if (!names.insert(name).second)
       fail(WT_ERR_INVALID_ARGUMENT,
            "sparse patch '{}' appears twice in one round: merge its indices into one patch", name);
     if (p.full_ndim < 0 || (p.full_ndim > 0 && p.full_shape == nullptr))
       fail(WT_ERR_INVALID_ARGUMENT, "Sparse patch requires full_shape: {}", name);
-    const int64_t elements = full_elements(p.full_shape, p.full_ndim);
-    if (elements < 0)
+    const int64_t limit = full_elements(p.full_shape, p.full_ndim);
+    if (limit < 0)
       fail(WT_ERR_INVALID_ARGUMENT,
            "sparse patch '{}': full_shape needs positive dimensions and at most 2^31 - 1 elements "
            "(int32 indices address them)",
@@ -106,44 +91,91 @@ CheckedRound check_round(std::span<const wt_sparse_patch> patches,
            "round must be in host memory, or all on one CUDA device",
            name);
     const auto n = static_cast<std::size_t>(idx.shape[0]);
-    const std::size_t value_size = element_size(val.dtype);
     if (n > 0 && (idx.data == nullptr || val.data == nullptr))
       fail(WT_ERR_INVALID_ARGUMENT, "sparse patch '{}' has null data", name);
-    const auto* ip = static_cast<const unsigned char*>(idx.data) + idx.byte_offset;
-    const auto* vp = static_cast<const unsigned char*>(val.data) + val.byte_offset;
-    if (cuda && n > 0) {  // checked in host copies
-      indices_copy.resize(4 * n);
-      values_copy.resize(value_size * n);
-      read_device(device, indices_copy.data(), ip, 4 * n);
-      read_device(device, values_copy.data(), vp, value_size * n);
-      ip = indices_copy.data();
-      vp = values_copy.data();
+    elements[k] = {static_cast<const unsigned char*>(idx.data) + idx.byte_offset,
+                   static_cast<const unsigned char*>(val.data) + val.byte_offset, n, limit};
+    total_bytes += (4 + element_size(val.dtype)) * n;
+  }
+
+  // The elements: in place, in a packed copy, or (CUDA) in host copies made one patch at a time.
+  std::vector<unsigned char> indices_copy, values_copy;
+  auto read = [&](std::size_t k) {
+    Elements& e = elements[k];
+    const wt_sparse_patch& p = patches[k];
+    const std::size_t value_bytes = element_size(p.values.dtype) * e.count;
+    if (round.cuda_device >= 0 && e.count > 0) {
+      indices_copy.resize(4 * e.count);
+      values_copy.resize(value_bytes);
+      read_device(round.cuda_device, indices_copy.data(), e.indices, 4 * e.count);
+      read_device(round.cuda_device, values_copy.data(), e.values, value_bytes);
+      e.indices = indices_copy.data();
+      e.values = values_copy.data();
+    } else if (round.packed) {
+      unsigned char* at = pack->data();
+      std::memcpy(at + pack->layout().indices_at[k], e.indices, 4 * e.count);
+      std::memcpy(at + pack->layout().values_at[k], e.values, value_bytes);
+      e.indices = at + pack->layout().indices_at[k];
+      e.values = at + pack->layout().values_at[k];
     }
-    // Range and duplicates: one pass when the indices are increasing (as a delta produces them),
-    // else over a sorted copy.
-    bool increasing = true;
-    int32_t previous = -1;
-    for (std::size_t i = 0; i < n; ++i) {
+    e.scan = scan_indices(e.indices, e.count, e.limit);
+    e.nan_at = first_nan(e.values, e.count, p.values.dtype);
+  };
+  // Reported in patch order, the first rule broken.
+  std::vector<int32_t> sorted;
+  auto judge = [&](std::size_t k) {
+    const Elements& e = elements[k];
+    const char* name = patches[k].name;
+    if (e.scan.out_of_range < e.count) {
       int32_t v;
-      std::memcpy(&v, ip + 4 * i, 4);
-      if (v < 0 || v >= elements)
-        fail(WT_ERR_INVALID_ARGUMENT,
-             "sparse patch '{}': index {} (at position {}) is outside [0, {}) of full_shape", name,
-             v, i, elements);
-      increasing &= v > previous;
-      previous = v;
+      std::memcpy(&v, e.indices + 4 * e.scan.out_of_range, 4);
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "sparse patch '{}': index {} (at position {}) is outside [0, {}) of full_shape", name, v,
+           e.scan.out_of_range, e.limit);
     }
-    if (!increasing) {
-      sorted.resize(n);
-      std::memcpy(sorted.data(), ip, 4 * n);
+    // Duplicates: none when the indices are increasing (as a delta produces them), else looked
+    // for in a sorted copy.
+    if (!e.scan.increasing) {
+      sorted.resize(e.count);
+      std::memcpy(sorted.data(), e.indices, 4 * e.count);
       std::sort(sorted.begin(), sorted.end());
       if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
         fail(WT_ERR_INVALID_ARGUMENT, "sparse patch '{}': index {} appears more than once", name,
              *d);
     }
-    if (has_nan(vp, n, val.dtype))
-      fail(WT_ERR_INVALID_ARGUMENT, "sparse patch '{}': values hold NaN", name);
+    if (e.nan_at < e.count)
+      fail(WT_ERR_INVALID_ARGUMENT, "sparse patch '{}': values hold NaN (at position {})", name,
+           e.nan_at);
+  };
+
+  if (round.cuda_device >= 0) {  // one patch at a time, through the reused host copies
+    for (std::size_t k = 0; k < patches.size(); ++k) {
+      read(k);
+      judge(k);
+    }
+    return round;
   }
+  if (pack != nullptr) {
+    std::vector<int64_t> counts;
+    std::vector<std::size_t> sizes;
+    for (const auto& p : patches) {
+      counts.push_back(p.indices.shape[0]);
+      sizes.push_back(element_size(p.values.dtype));
+    }
+    unsigned char* out = pack->prepare(packed_round_layout(counts, sizes));
+    // The alignment gaps between patches' values are the only bytes no copy writes.
+    const auto& layout = pack->layout();
+    uint64_t end = counts.empty() ? 0 : layout.indices_at.back() + 4 * counts.back();
+    for (std::size_t k = 0; k < patches.size(); ++k) {
+      std::memset(out + end, 0, layout.values_at[k] - end);
+      end = layout.values_at[k] + sizes[k] * static_cast<uint64_t>(counts[k]);
+    }
+    round.packed = true;
+  }
+  // Small rounds are not worth a thread.
+  constexpr uint64_t kParallelBytes = uint64_t{1} << 20;
+  parallel_for(patches.size(), total_bytes < kParallelBytes ? 1 : threads, read);
+  for (std::size_t k = 0; k < patches.size(); ++k) judge(k);
   return round;
 }
 

@@ -5,6 +5,8 @@
 // every patch of the round in one kind of memory. The error names the patch and the rule.
 #pragma once
 
+#include "packed_round.hpp"
+
 #include <wt/wt_plugin.h>
 
 #include <cstdint>
@@ -16,13 +18,20 @@ namespace wt::sparse {
 // What a checked round's patches are in.
 struct CheckedRound {
   int cuda_device = -1;  // -1: host memory
+  bool packed = false;   // the round was packed into the PackedRound given
 };
 
-// Throws sdk::Error (WT_ERR_INVALID_ARGUMENT) naming the first patch that breaks a rule.
-// `read_device(dst, src, n)` copies n bytes of CUDA memory to host (for CUDA patches).
-CheckedRound check_round(std::span<const wt_sparse_patch> patches,
-                         void (*read_device)(int device, void* dst, const void* src,
-                                             std::size_t n));
+// Copies `n` bytes of CUDA memory on `device` to host memory.
+using ReadDevice = void (*)(int device, void* dst, const void* src, std::size_t n);
+
+// Throws sdk::Error (WT_ERR_INVALID_ARGUMENT) naming the first patch that breaks a rule: first
+// every patch's form (name, dtypes, shapes, memory), then, in patch order, its indices and values.
+// The elements are read on up to `threads` threads (CUDA patches: on one, through read_device).
+// With `pack`, a host round is first copied into it (packed_round.hpp) and the copy is what is
+// read: the bytes that go on the wire are the bytes that were checked, whatever the caller does to
+// its patches meanwhile.
+CheckedRound check_round(std::span<const wt_sparse_patch> patches, ReadDevice read_device,
+                         unsigned threads = 1, PackedRound* pack = nullptr);
 
 // Elements of a full shape, or -1 when a dimension is not positive or they exceed 2^31 - 1.
 int64_t full_elements(const int64_t* shape, int32_t ndim);

@@ -6,6 +6,7 @@
 #include "patch_rules.hpp"
 
 #include <wt/dtype.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 
 #include <cstring>
 
@@ -51,7 +52,8 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
   if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
   if (!sender_ || args.patches.empty()) return;  // nothing at all: no RPC, no collective
   const auto& patches = args.patches;
-  const CheckedRound round = check_round(patches, &read_device);
+  const CheckedRound round = check_round(patches, &read_device, default_copy_threads(),
+                                         pack_host_rounds_ ? &packed_ : nullptr);
   if (round.cuda_device != info_.cuda_device())
     fail(WT_ERR_INVALID_ARGUMENT,
          "the patches are in {} memory, but this engine moves {} (init info device \"{}\")",
@@ -77,15 +79,14 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
   try {
     if (rpc->done()) rpc->wait(aborted_);  // a refusal that already arrived: no collective
     if (round.cuda_device >= 0) plugins::wait_stream(round.cuda_device, args.stream);
-    if (round.cuda_device < 0 && pack_host_rounds_) {
-      const unsigned char* packed = pack_round(patches);
+    if (round.packed) {
       started = true;
       group_->broadcast(
-          const_cast<unsigned char*>(packed), packed_bytes_, {kDLUInt, 8, 1}, 0,
+          packed_.data(), packed_.layout().bytes, {kDLUInt, 8, 1}, 0,
           "broadcast of the round's " + std::to_string(patches.size()) + " patches (packed)");
     }
     for (const auto& p : patches) {
-      if (round.cuda_device < 0 && pack_host_rounds_) break;
+      if (round.packed) break;
       if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
       const auto n = static_cast<std::size_t>(p.indices.shape[0]);
       started = true;
@@ -111,39 +112,6 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
   client_.finish_weight_update(args.weight_version);
   // The broadcasts are done with the patches' memory (each waited for its stream): the caller may
   // free or rebuild them now.
-}
-
-const unsigned char* SparseTrainer::pack_round(std::span<const wt_sparse_patch> patches) {
-  std::vector<int64_t> counts;
-  std::vector<std::size_t> sizes;
-  for (const auto& p : patches) {
-    counts.push_back(p.indices.shape[0]);
-    sizes.push_back(element_size(p.values.dtype));
-  }
-  const auto layout = packed_round_layout(counts, sizes);
-  if (packed_capacity_ < layout.bytes) {
-    packed_.reset(new unsigned char[layout.bytes]);  // uninitialised: every byte is written
-    packed_capacity_ = layout.bytes;
-  }
-  packed_bytes_ = layout.bytes;
-  unsigned char* out = packed_.get();
-  uint64_t end = 0;  // where the bytes written so far end; an alignment gap after it gets zeros
-  for (std::size_t i = 0; i < patches.size(); ++i) {
-    const auto& p = patches[i];
-    std::memcpy(out + layout.indices_at[i],
-                static_cast<const unsigned char*>(p.indices.data) + p.indices.byte_offset,
-                4 * static_cast<std::size_t>(counts[i]));
-    end = layout.indices_at[i] + 4 * static_cast<uint64_t>(counts[i]);
-  }
-  for (std::size_t i = 0; i < patches.size(); ++i) {
-    const auto& p = patches[i];
-    const std::size_t n = sizes[i] * static_cast<std::size_t>(counts[i]);
-    std::memset(out + end, 0, layout.values_at[i] - end);
-    std::memcpy(out + layout.values_at[i],
-                static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset, n);
-    end = layout.values_at[i] + n;
-  }
-  return packed_.get();
 }
 
 }  // namespace wt::sparse

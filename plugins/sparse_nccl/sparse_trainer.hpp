@@ -10,6 +10,7 @@
 
 #include "../common/async_rpc.hpp"
 #include "../common/communicator.hpp"
+#include "packed_round.hpp"
 #include "sparse_init_info.hpp"
 
 #include <wt/sdk/plugin.hpp>
@@ -33,9 +34,6 @@ class SparseTrainer final : public sdk::TrainerBase {
   void abort() override;
 
  private:
-  // Copies the round into packed_ (reused across rounds); returns it.
-  const unsigned char* pack_round(std::span<const wt_sparse_patch> patches);
-
   sdk::HostLog log_;
   SparseInitInfo info_;
   sdk::ClientRef client_;
@@ -45,8 +43,7 @@ class SparseTrainer final : public sdk::TrainerBase {
   std::atomic<bool> aborted_{false};
   std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;
   bool pack_host_rounds_;
-  std::unique_ptr<unsigned char[]> packed_;
-  uint64_t packed_capacity_ = 0, packed_bytes_ = 0;
+  PackedRound packed_;  // a host round, packed and checked (patch_rules.hpp)
 };
 
 }  // namespace wt::sparse

@@ -85,18 +85,15 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
   if (!cuda && pack_host_rounds_) {  // one broadcast for the round (packed_round.hpp)
     std::vector<std::size_t> sizes;
     for (const auto& p : params) sizes.push_back(element_size(p.dtype));
-    const auto layout = packed_round_layout(counts, sizes);
-    if (packed_capacity_ < layout.bytes) {
-      packed_.reset(new unsigned char[layout.bytes]);  // uninitialised: the broadcast fills it
-      packed_capacity_ = layout.bytes;
-    }
+    unsigned char* packed = packed_.prepare(packed_round_layout(counts, sizes));
+    const auto& layout = packed_.layout();
     group_->broadcast(
-        packed_.get(), layout.bytes, {kDLUInt, 8, 1}, 0,
+        packed, layout.bytes, {kDLUInt, 8, 1}, 0,
         "broadcast of the round's " + std::to_string(params.size()) + " patches (packed)");
     std::vector<wt_sparse_patch> batch(params.size());
     for (std::size_t i = 0; i < params.size(); ++i)
-      batch[i] = patch_view(params[i], packed_.get() + layout.indices_at[i],
-                            packed_.get() + layout.values_at[i], &lengths[i]);
+      batch[i] = patch_view(params[i], packed + layout.indices_at[i], packed + layout.values_at[i],
+                            &lengths[i]);
     loader.load_patches(batch);
     return;
   }

@@ -9,6 +9,7 @@
 
 #include "../common/communicator.hpp"
 #include "../common/worker_session.hpp"
+#include "packed_round.hpp"
 
 #include <wt/sdk/plugin.hpp>
 
@@ -33,8 +34,7 @@ class SparseWorker final : public sdk::WorkerBase {
   std::unique_ptr<plugins::Communicator> group_;
   plugins::WorkerSession session_{"sparse_nccl"};
   bool pack_host_rounds_;
-  std::unique_ptr<unsigned char[]> packed_;  // a host round's bytes, reused across rounds
-  uint64_t packed_capacity_ = 0;
+  PackedRound packed_;  // a host round's bytes, as they arrive
 };
 
 }  // namespace wt::sparse
