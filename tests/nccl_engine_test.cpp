@@ -90,6 +90,27 @@ TEST(NcclTrainerSpy, SendDrivesTheClientInOrderAndBroadcastsEveryTensor) {
   }
 }
 
+TEST(NcclTrainerSpy, TheUpdateInfoFollowsTheMetadataFromRoundToRound) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  test::fill_model(source, 2, 8);
+  Spy spy;
+  nccl::NcclTrainer trainer(context(client, &source), info(), spy.factory());
+  auto names_sent = [&] {
+    trainer.send_weights({});
+    return json::parse(client.calls()[client.calls().size() - 2].payload)["names"];
+  };
+  const std::size_t n = source.tensors().size();
+  const json before = names_sent();
+  EXPECT_EQ(before.size(), n);
+  EXPECT_EQ(names_sent(), before) << "the same model: the same text";
+  source.add("added", {kDLFloat, 32, 1}, {3}, 9);  // the model grows: a new text, naming it
+  const json after = names_sent();
+  ASSERT_EQ(after.size(), n + 1);
+  EXPECT_EQ(after[n], "added");
+  EXPECT_EQ(spy.log->size(), n + n + (n + 1)) << "one broadcast per tensor, every round";
+}
+
 TEST(NcclTrainerSpy, PackedRoundsBroadcastVllmsChunksAsBytes) {
   test::RecordingClient client;
   test::VectorSource source;
@@ -545,6 +566,45 @@ TEST(NcclWorkerSpy, TensorsWithoutADestinationGoThroughLoad) {
   EXPECT_EQ(loader.loaded.size(), 3u);
   for (std::size_t i = 0; i < round.names.size(); ++i)
     EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+}
+
+TEST(NcclWorkerSpy, AnUpdateTextSeenLastRoundIsReusedAndAChangedOneIsReadAgain) {
+  PackedRound round;
+  const std::string all = round.update.dump();
+  json first_two = round.update;
+  first_two["names"] = {"a", "b"};
+  first_two["dtype_names"] = {"float32", "float32"};
+  first_two["shapes"] = {{10}, {6}};
+  // On the wire: the five tensors twice, then a and b alone (the first 64 bytes again).
+  const std::vector<unsigned char> once = round.stream;
+  round.stream.insert(round.stream.end(), once.begin(), once.end());
+  round.stream.insert(round.stream.end(), once.begin(), once.begin() + 64);
+  std::vector<const void*> into;
+  auto worker = packed_worker(round, into);
+  auto receive = [&](const std::string& text, std::size_t tensors) {
+    OfferingLoader loader(OfferingLoader::Layout::back_to_back, 5, round.sizes);
+    wt_loader c = loader.c();
+    worker->receive_text(text.c_str(), sdk::LoaderRef(&c));
+    worker->finish();
+    worker->start();
+    EXPECT_EQ(loader.written.size(), tensors);
+    for (std::size_t i = 0; i < tensors; ++i)
+      EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+  };
+  receive(all, 5);
+  receive(all, 5);  // the same text: the list read last round
+  receive(first_two.dump(), 2);
+  // A malformed text after good ones is still parsed, and refused.
+  OfferingLoader loader(OfferingLoader::Layout::back_to_back, 5, round.sizes);
+  wt_loader c = loader.c();
+  try {
+    worker->receive_text(R"({"names": ["a"])", sdk::LoaderRef(&c));
+    FAIL() << "a malformed update info was accepted";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("invalid update_info"));
+  }
+  EXPECT_TRUE(loader.written.empty());
 }
 
 }  // namespace

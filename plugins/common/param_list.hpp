@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -33,6 +34,30 @@ inline nlohmann::json describe_params(const std::vector<ParamMeta>& params) {
   out["shapes"] = std::move(shapes);
   return out;
 }
+
+// describe_params() as JSON text, written again only when the parameters change: a full resync
+// of one model sends the same text every round (for 2,000 tensors, about a millisecond to write).
+class DescribedParams {
+ public:
+  const std::string& text_for(const std::vector<ParamMeta>& params) {
+    auto same = [](const ParamMeta& a, const ParamMeta& b) {
+      return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape;
+    };
+    if (!written_ ||
+        !std::equal(params.begin(), params.end(), params_.begin(), params_.end(), same)) {
+      written_ = false;
+      text_ = describe_params(params).dump();
+      params_ = params;
+      written_ = true;
+    }
+    return text_;
+  }
+
+ private:
+  bool written_ = false;
+  std::vector<ParamMeta> params_;
+  std::string text_;
+};
 
 struct ParamList {
   std::vector<ParamMeta> params;

@@ -89,9 +89,8 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
     fail(WT_ERR_STATE, "the nccl group broke in an earlier round; create the trainer engine again");
   collective_started_ = false;
   client_.start_weight_update();
-  auto update = plugins::describe_params(meta);
   auto rpc = std::make_unique<plugins::AsyncRpc>(
-      [this, text = update.dump()] { client_.update_weights(text); });
+      [this, text = update_text_.text_for(meta)] { client_.update_weights(text); });
   try {
     // A refusal that already arrived fails the round before broadcasting to a peer that will
     // never come (reference §5.4, step 4).

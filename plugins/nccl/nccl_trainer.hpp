@@ -11,6 +11,7 @@
 #include "../common/async_rpc.hpp"
 #include "../common/communicator.hpp"
 #include "../common/device_bytes.hpp"
+#include "../common/param_list.hpp"
 #include "nccl_init_info.hpp"
 
 #include <wt/sdk/plugin.hpp>
@@ -55,6 +56,7 @@ class NcclTrainer final : public sdk::TrainerBase {
   std::vector<std::vector<unsigned char>> host_buffers_;  // packed chunks in rotation, reused
   std::vector<plugins::DeviceBytes> device_buffers_;
   std::vector<unsigned char> contiguous_;  // a non-compact host tensor, made compact
+  plugins::DescribedParams update_text_;   // the update info, kept while the metadata is the same
 };
 
 }  // namespace wt::nccl

@@ -51,11 +51,35 @@ void NcclWorker::wait_for_consumer() {
   if (device_.device_type == kDLCUDA) plugins::wait_stream(device_.device_id, stream_);
 }
 
-void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
-  plugins::WorkerSession::Receiving receiving(session_);
+namespace {
+
+plugins::ParamList read_update_info(const nlohmann::json& update_info) {
   sdk::FieldReader r(update_info, "update_info for backend 'nccl'");
   auto list = plugins::read_param_list(r);
   r.finish();
+  return list;
+}
+
+}  // namespace
+
+void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
+  plugins::WorkerSession::Receiving receiving(session_);
+  receive_list(read_update_info(update_info), loader);
+}
+
+void NcclWorker::receive_text(const char* update_info, const sdk::LoaderRef& loader) {
+  plugins::WorkerSession::Receiving receiving(session_);
+  // A full resync names the same tensors every round: 2,000 of them are about 100 KB of text, and
+  // reading them again would cost milliseconds before the first chunk is received.
+  if (update_info == nullptr || last_update_text_.empty() || last_update_text_ != update_info) {
+    last_update_text_.clear();
+    last_list_ = read_update_info(sdk::parse_json_text(update_info, "update_info"));
+    last_update_text_ = update_info;
+  }
+  receive_list(last_list_, loader);
+}
+
+void NcclWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader) {
   const auto& params = list.params;
   auto tensor_of = [&](std::size_t i, void* data) {
     wt_tensor t{};

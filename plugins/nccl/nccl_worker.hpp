@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace wt::nccl {
@@ -30,6 +31,8 @@ class NcclWorker final : public sdk::WorkerBase {
              plugins::CommunicatorFactory make_communicator = {});
   void start() override;
   void receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) override;
+  // The same text as last round (the same tensors) reuses the list read from it then.
+  void receive_text(const char* update_info, const sdk::LoaderRef& loader) override;
   void finish() override;
   void abort() override;
 
@@ -48,6 +51,7 @@ class NcclWorker final : public sdk::WorkerBase {
     std::vector<unsigned char*> places;
     unsigned char* buffer = nullptr;  // what the chunk's broadcast was received into
   };
+  void receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader);
   ChunkTarget plan_chunk(const plugins::ParamList& list, const Chunk& chunk,
                          const sdk::LoaderRef& loader);
   void hand_over(const plugins::ParamList& list, const Chunk& chunk, const ChunkTarget& target,
@@ -68,6 +72,8 @@ class NcclWorker final : public sdk::WorkerBase {
   std::vector<plugins::DeviceBytes> device_buffers_;
   plugins::WorkerSession session_{"nccl"};
   uint64_t in_place_chunks_ = 0;
+  std::string last_update_text_;  // the last update info read, and what was read from it
+  plugins::ParamList last_list_;
 };
 
 }  // namespace wt::nccl

@@ -71,6 +71,13 @@ class WorkerBase {
   virtual ~WorkerBase() = default;
   virtual void start() = 0;
   virtual void receive(const nlohmann::json& update_info, const LoaderRef& loader) = 0;
+  // The update info as the host passed it (NUL-terminated JSON text), before it is parsed. The
+  // default parses it (bounded depth) and calls receive(). An engine whose update info is the same
+  // text round after round (a full resync names the same tensors each time) may override it to
+  // reuse what it read from that text last time instead of parsing it again.
+  virtual void receive_text(const char* update_info, const LoaderRef& loader) {
+    receive(parse_json_text(update_info, "update_info"), loader);
+  }
   virtual void finish() = 0;
   virtual void abort() = 0;
 };
@@ -244,7 +251,7 @@ struct PluginTables {
   static wt_status worker_receive(wt_worker* w, const char* json, const wt_loader* loader) {
     return guard(w->last_error, [&] {
       if (loader == nullptr) fail(WT_ERR_INVALID_ARGUMENT, "receive needs a loader");
-      w->impl->receive(parse_json_text(json, "update_info"), LoaderRef(loader));
+      w->impl->receive_text(json, LoaderRef(loader));
     });
   }
   static wt_status worker_finish(wt_worker* w) {
