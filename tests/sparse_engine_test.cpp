@@ -402,5 +402,28 @@ TEST(Delta, IndicesWhereTheBitsDifferAndTheNewValues) {
   EXPECT_THROW(make_delta("w", a, c), Error);
 }
 
+TEST(Delta, EveryElementSizeGathersItsWholeElements) {
+  // 1-byte elements, and 12-byte ones (three float32 lanes: no fixed-size loop for those).
+  for (DLDataType dtype : {DLDataType{kDLUInt, 8, 1}, DLDataType{kDLFloat, 32, 3}}) {
+    const std::size_t size = dtype.bits / 8 * dtype.lanes, n = 1000;
+    std::vector<unsigned char> before(n * size), after;
+    for (std::size_t i = 0; i < before.size(); ++i) before[i] = static_cast<unsigned char>(i * 31);
+    after = before;
+    const std::vector<int32_t> changed = {0, 7, 500, 999};
+    for (int32_t i : changed) after[static_cast<std::size_t>(i) * size + size - 1] ^= 0x80;
+    int64_t shape[1] = {static_cast<int64_t>(n)};
+    DLTensor a{before.data(), {kDLCPU, 0}, 1, dtype, shape, nullptr, 0};
+    DLTensor b{after.data(), {kDLCPU, 0}, 1, dtype, shape, nullptr, 0};
+    Delta d = make_delta("w", a, b);
+    EXPECT_EQ(d.indices, changed) << size << "-byte elements";
+    ASSERT_EQ(d.values.size(), changed.size() * size);
+    for (std::size_t k = 0; k < changed.size(); ++k)
+      EXPECT_EQ(std::memcmp(d.values.data() + k * size,
+                            after.data() + static_cast<std::size_t>(changed[k]) * size, size),
+                0)
+          << size << "-byte element " << changed[k];
+  }
+}
+
 }  // namespace
 }  // namespace wt

@@ -3,6 +3,8 @@
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
 
+#include "element_loops.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -141,24 +143,12 @@ Delta make_delta(const std::string& name, const DLTensor& previous, const DLTens
   for (const auto& p : parts) d.indices.insert(d.indices.end(), p.begin(), p.end());
   d.count = static_cast<int64_t>(total);
   d.values.resize(total * size);
-  switch (size) {
-    case 1:
-      gather<1>(b, d.indices, d.values.data());
-      break;
-    case 2:
-      gather<2>(b, d.indices, d.values.data());
-      break;
-    case 4:
-      gather<4>(b, d.indices, d.values.data());
-      break;
-    case 8:
-      gather<8>(b, d.indices, d.values.data());
-      break;
-    default:
-      for (std::size_t i = 0; i < total; ++i)
-        std::memcpy(d.values.data() + i * size, b + static_cast<std::size_t>(d.indices[i]) * size,
-                    size);
-  }
+  const bool fixed = detail::with_fixed_size(
+      size, [&]<std::size_t kSize>() { gather<kSize>(b, d.indices, d.values.data()); });
+  if (!fixed)
+    for (std::size_t i = 0; i < total; ++i)
+      std::memcpy(d.values.data() + i * size, b + static_cast<std::size_t>(d.indices[i]) * size,
+                  size);
   return d;
 }
 

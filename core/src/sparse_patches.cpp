@@ -4,6 +4,8 @@
 #include <wt/error.hpp>
 #include <wt/sdk/patch_scan.hpp>
 
+#include "element_loops.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -147,21 +149,12 @@ void apply_patch(const wt_sparse_patch& p, unsigned char* dst) {
                                                      p.indices.byte_offset);
   const auto* val = static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset;
   const int64_t n = p.indices.shape[0];
-  switch (es) {
-    case 1:
-      return scatter<1>(idx, val, n, dst);
-    case 2:
-      return scatter<2>(idx, val, n, dst);
-    case 4:
-      return scatter<4>(idx, val, n, dst);
-    case 8:
-      return scatter<8>(idx, val, n, dst);
-    case 16:
-      return scatter<16>(idx, val, n, dst);
-  }
-  for (int64_t i = 0; i < n; ++i)  // other sizes (several lanes): rare
-    std::memcpy(dst + static_cast<std::size_t>(idx[i]) * es, val + static_cast<std::size_t>(i) * es,
-                es);
+  const bool fixed =
+      with_fixed_size(es, [&]<std::size_t kSize>() { scatter<kSize>(idx, val, n, dst); });
+  if (!fixed)
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + static_cast<std::size_t>(idx[i]) * es,
+                  val + static_cast<std::size_t>(i) * es, es);
 }
 
 }  // namespace wt::detail
