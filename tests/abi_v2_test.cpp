@@ -367,6 +367,38 @@ TEST_F(DeltaReceiver, TheSameIndexInTwoPatchesOfABatchIsRefused) {
   EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{5, 6, 3, 7}));
 }
 
+TEST_F(DeltaReceiver, MoreIndicesThanElementsAcrossABatchAreRefusedBeforeAnyCopy) {
+  r.start_weight_update();
+  json p1 = {{"name", "a"}, {"indices", {0, 1, 2}}, {"values", {5, 6, 7}}, {"full_shape", {4}}};
+  json p2 = {{"name", "a"}, {"indices", {2, 3}}, {"values", {8, 9}}, {"full_shape", {4}}};
+  auto e = error_of([&] { r.update_weights({{"patch", {p1, p2}}}); });
+  EXPECT_THAT(e.what(), HasSubstr("5 indices for a parameter of 4 elements (across the batch)"));
+  EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST_F(DeltaReceiver, PatchesKeptFromEarlierUpdatesOfARoundSurviveTheBufferGrowing) {
+  // A large tensor, committed; then a round whose first update keeps a small patch and whose
+  // second keeps one large enough that the receiver's patch buffer grows under the first.
+  std::vector<float> big(20000, 0.5f);
+  r.start_weight_update();
+  r.update_weights({{"inline", {{{"name", "big"}, {"values", big}}}}});
+  r.finish_weight_update("big");
+  r.start_weight_update();
+  patch({1}, {9});
+  std::vector<int> idx;
+  std::vector<float> vals;
+  for (int i = 0; i < 20000; i += 2) {
+    idx.push_back(i);
+    vals.push_back(static_cast<float>(i));
+    big[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  }
+  r.update_weights(
+      {{"patch", {{"name", "big"}, {"indices", idx}, {"values", vals}, {"full_shape", {20000}}}}});
+  r.finish_weight_update("both");
+  EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 9, 3, 4}));
+  EXPECT_EQ(floats_of(r, "big"), big);
+}
+
 // ---- the SDK serving versions 1 and 2 -----------------------------------------------------------
 
 TEST(AbiSdkRange, TheCurrentHostGetsVersion2) {

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -50,17 +51,19 @@ struct Patch {
   std::vector<int64_t> full{4, 4};
   int64_t n[1] = {2}, nv[1] = {2};
   DLDataType index_type{kDLInt, 32, 1};
+  DLDataType value_type{kDLFloat, 32, 1};
   int32_t index_ndim = 1;
+  std::optional<int64_t> length;  // what both shapes say, whatever the vectors hold
 
   wt_sparse_patch view() {
-    n[0] = static_cast<int64_t>(indices.size());
-    nv[0] = static_cast<int64_t>(values.size());
+    n[0] = length.value_or(static_cast<int64_t>(indices.size()));
+    nv[0] = length.value_or(static_cast<int64_t>(values.size()));
     wt_sparse_patch p{};
     p.struct_size = sizeof p;
     p.abi_version = WT_ABI_VERSION;
     p.name = name.c_str();
     p.indices = DLTensor{indices.data(), {kDLCPU, 0}, index_ndim, index_type, n, nullptr, 0};
-    p.values = DLTensor{values.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, nv, nullptr, 0};
+    p.values = DLTensor{values.data(), {kDLCPU, 0}, 1, value_type, nv, nullptr, 0};
     p.full_ndim = static_cast<int32_t>(full.size());
     p.full_shape = full.data();
     return p;
@@ -247,6 +250,18 @@ TEST(SparseTrainerSpy, EveryMalformedPatchIsRefusedBeforeAnyCall) {
   Patch twice;
   twice.name = "good";
   expect_refused(twice, "sparse patch 'good' appears twice in one round");
+  // Lengths that would size copies and the wire wrongly: refused before anything is read.
+  Patch negative_length;
+  negative_length.length = -1;
+  expect_refused(negative_length, "`indices` and `values` must have matching lengths for w");
+  Patch more_than_elements;
+  more_than_elements.full = {2};
+  more_than_elements.indices = {0, 1, 1};
+  more_than_elements.values = {1, 2, 3};
+  expect_refused(more_than_elements, "sparse patch 'w': 3 indices for a full_shape of 2 elements");
+  Patch unnamed_dtype;
+  unnamed_dtype.value_type = {kDLFloat, 24, 1};
+  expect_refused(unnamed_dtype, "sparse patch 'w': values of dtype (code 2, 24 bits, 1 lanes)");
 }
 
 TEST(SparseTrainerSpy, AMissingFullShapeIsRefused) {

@@ -85,6 +85,17 @@ std::size_t Receiver::reserve_pending_bytes(std::size_t n) {
   return at;
 }
 
+void Receiver::clear_pending_patches() {
+  pending_patches_.clear();
+  // The memory is kept for the next round, unless this one used little of it: one large round
+  // does not pin its memory for the receiver's life.
+  if (pending_size_ < pending_capacity_ / 4) {
+    pending_bytes_.reset();
+    pending_capacity_ = 0;
+  }
+  pending_size_ = 0;
+}
+
 void Receiver::wait_for_device_copies() {
   if (options_.device_staging) options_.device_staging->synchronize();
 }
@@ -99,8 +110,7 @@ void Receiver::discard_staged() {
     logger()->warn("receiver: waiting for device copies: {}; staged memory not reused", e.what());
     reusable = false;
   }
-  pending_patches_.clear();
-  pending_size_ = 0;
+  clear_pending_patches();
   if (reusable)
     while (!staged_.empty()) move_node(staged_.extract(staged_.begin()), spare_);
   else
@@ -185,7 +195,7 @@ class Receiver::RoundLoader final : public Loader {
       if (auto c = r_.committed_.find(name); c != r_.committed_.end()) return &c->second;
       return nullptr;
     };
-    const std::vector<int64_t> limits = detail::check_patch_forms(
+    const std::vector<detail::PatchForm> forms = detail::check_patch_forms(
         patches, [&](const std::string& name) -> const detail::PatchTarget* {
           const Tensor* t = current(name);
           if (t == nullptr) return nullptr;
@@ -193,49 +203,47 @@ class Receiver::RoundLoader final : public Loader {
         });
     // The elements are copied (the patch's memory is the backend's only for this call) on the load
     // threads, and the copies are what is checked and applied: a backend that changes its buffer
-    // meanwhile cannot slip an unchecked index in.
-    const std::size_t mark = r_.pending_size_;
-    std::vector<std::pair<std::size_t, std::size_t>> at(patches.size());  // indices, values
+    // meanwhile cannot slip an unchecked index in. Nothing of a refused batch is kept.
+    struct Rollback {
+      Receiver& r;
+      std::size_t mark;
+      bool keep = false;
+      ~Rollback() {
+        if (!keep) r.pending_size_ = mark;
+      }
+    } rollback{r_, r_.pending_size_};
+    std::vector<std::pair<std::size_t, std::size_t>> at(forms.size());  // indices, values
     uint64_t total = 0;
-    for (std::size_t k = 0; k < patches.size(); ++k) {
-      const auto n = static_cast<std::size_t>(patches[k].indices.shape[0]);
-      const std::size_t value_bytes = n * element_size(patches[k].values.dtype);
-      at[k] = {r_.reserve_pending_bytes(4 * n), r_.reserve_pending_bytes(value_bytes)};
-      total += 4 * n + value_bytes;
+    for (std::size_t k = 0; k < forms.size(); ++k) {
+      const auto n = static_cast<std::size_t>(forms[k].count);  // < 2^31, checked
+      at[k] = {r_.reserve_pending_bytes(4 * n),
+               r_.reserve_pending_bytes(n * forms[k].element_size)};
+      total += (4 + forms[k].element_size) * n;
     }
-    unsigned char* kept_bytes = r_.pending_bytes_.get();  // room made: it no longer moves
-    std::vector<wt_sparse_patch> kept(patches.begin(), patches.end());
-    std::vector<IndexScan> scans(patches.size());
+    unsigned char* kept = r_.pending_bytes_.get();  // room made: it no longer moves
+    std::vector<const int32_t*> indices(forms.size());
+    std::vector<IndexScan> scans(forms.size());
     constexpr uint64_t kParallelBytes = uint64_t{1} << 20;  // below: not worth a thread
-    parallel_for(patches.size(), total < kParallelBytes ? 1 : r_.load_threads_, [&](std::size_t k) {
-      const wt_sparse_patch& p = patches[k];
-      const auto n = static_cast<std::size_t>(p.indices.shape[0]);
-      kept[k].indices.data = kept_bytes + at[k].first;
-      kept[k].indices.byte_offset = 0;
-      kept[k].values.data = kept_bytes + at[k].second;
-      kept[k].values.byte_offset = 0;
-      std::memcpy(kept[k].indices.data,
-                  static_cast<const unsigned char*>(p.indices.data) + p.indices.byte_offset, 4 * n);
-      std::memcpy(kept[k].values.data,
-                  static_cast<const unsigned char*>(p.values.data) + p.values.byte_offset,
-                  n * element_size(p.values.dtype));
-      scans[k] = scan_indices(kept[k].indices.data, n, limits[k]);
+    parallel_for(forms.size(), total < kParallelBytes ? 1 : r_.load_threads_, [&](std::size_t k) {
+      const detail::PatchForm& f = forms[k];
+      const auto n = static_cast<std::size_t>(f.count);
+      indices[k] = reinterpret_cast<const int32_t*>(kept + at[k].first);  // 16-byte aligned
+      if (n == 0) return;
+      std::memcpy(kept + at[k].first, f.indices, 4 * n);
+      std::memcpy(kept + at[k].second, f.values, n * f.element_size);
+      scans[k] = scan_indices(kept + at[k].first, n, f.limit);
     });
-    try {
-      detail::judge_patch_indices(kept, scans, limits);
-    } catch (...) {
-      r_.pending_size_ = mark;  // nothing of this batch is kept
-      throw;
-    }
+    detail::judge_patch_indices(forms, indices, scans);
+    rollback.keep = true;
     // A tensor rewritten this round is patched in its staged copy now; the others at finish.
-    for (std::size_t k = 0; k < kept.size(); ++k) {
-      const wt_sparse_patch& p = kept[k];
-      bytes += static_cast<uint64_t>(p.indices.shape[0]) * element_size(p.values.dtype);
-      if (auto staged = r_.staged_.find(p.name); staged != r_.staged_.end())
-        detail::apply_patch(p, staged->second.data.get());
+    for (std::size_t k = 0; k < forms.size(); ++k) {
+      const detail::PatchForm& f = forms[k];
+      bytes += static_cast<uint64_t>(f.count) * f.element_size;
+      if (auto staged = r_.staged_.find(f.name); staged != r_.staged_.end())
+        detail::apply_patch(indices[k], kept + at[k].second, f.count, f.element_size,
+                            staged->second.data.get());
       else
-        r_.pending_patches_.push_back(
-            {p.name, p.values.dtype, p.indices.shape[0], at[k].first, at[k].second});
+        r_.pending_patches_.push_back({f.name, f.dtype, f.count, at[k].first, at[k].second});
     }
   }
 
@@ -448,26 +456,13 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
   std::vector<std::pair<const std::vector<const PendingPatch*>*, unsigned char*>> work;
   for (const auto& [name, list] : by_tensor)
     work.emplace_back(&list, committed_.at(name).data.get());
-  auto apply = [&](std::size_t first, std::size_t step) {
-    for (std::size_t k = first; k < work.size(); k += step)
-      for (const PendingPatch* p : *work[k].first) {
-        int64_t n = p->count;
-        wt_sparse_patch view{};
-        view.indices = DLTensor{
-            pending_bytes_.get() + p->indices_at, {kDLCPU, 0}, 1, {kDLInt, 32, 1}, &n, nullptr, 0};
-        view.values =
-            DLTensor{pending_bytes_.get() + p->values_at, {kDLCPU, 0}, 1, p->dtype, &n, nullptr, 0};
-        detail::apply_patch(view, work[k].second);
-      }
-  };
-  const std::size_t threads =
-      std::max<std::size_t>(1, std::min<std::size_t>(load_threads_, work.size()));
-  std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(apply, t, threads);
-  apply(0, threads);
-  for (auto& t : pool) t.join();
-  pending_patches_.clear();
-  pending_size_ = 0;
+  parallel_for(work.size(), load_threads_, [&](std::size_t k) {
+    for (const PendingPatch* p : *work[k].first)
+      detail::apply_patch(reinterpret_cast<const int32_t*>(pending_bytes_.get() + p->indices_at),
+                          pending_bytes_.get() + p->values_at, p->count, element_size(p->dtype),
+                          work[k].second);
+  });
+  clear_pending_patches();
   if (weight_version) version_ = weight_version;
   ++rounds_;
 }

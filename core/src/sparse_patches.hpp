@@ -23,21 +23,36 @@ struct PatchTarget {
 // A batch is checked in two steps: its form, then its indices. A receiver copies the elements in
 // between and checks the copies, so that what it applies is exactly what was checked.
 //
-// The form: everything but the elements (name known, memory, dtypes, 1-D compact, lengths,
-// full_shape equal to the parameter's). Throws wt::Error (WT_ERR_INVALID_ARGUMENT, or
-// WT_ERR_NOT_FOUND for an unknown name) naming the patch and what is wrong. `target` returns null
-// for a name the receiver does not hold. Returns, per patch, its parameter's element count: the
-// limit its indices are scanned against (scan_indices, <wt/sdk/patch_scan.hpp>).
-std::vector<int64_t> check_patch_forms(
+// A patch's form, read once from the backend's structs: what the rest of the check, the copy and
+// the apply go by (the backend's structs may change under them).
+struct PatchForm {
+  std::string name;
+  DLDataType dtype{};
+  std::size_t element_size = 0;
+  int64_t count = 0;                       // indices, and values
+  int64_t limit = 0;                       // the parameter's elements: indices must be below
+  const unsigned char* indices = nullptr;  // the backend's elements (data + byte_offset)
+  const unsigned char* values = nullptr;
+};
+
+// Everything but the elements: name known, memory, dtypes, 1-D compact, lengths, full_shape equal
+// to the parameter's, no more indices for a parameter (across the batch) than it has elements.
+// Throws wt::Error (WT_ERR_INVALID_ARGUMENT, or WT_ERR_NOT_FOUND for an unknown name) naming the
+// patch and what is wrong. `target` returns null for a name the receiver does not hold.
+std::vector<PatchForm> check_patch_forms(
     std::span<const wt_sparse_patch> patches,
     const std::function<const PatchTarget*(const std::string&)>& target);
 
-// The indices, given each patch's scan: the first one out of range, in patch order, else an index
-// given twice for one parameter (in one patch or across the batch) is refused, naming the patch.
-void judge_patch_indices(std::span<const wt_sparse_patch> patches, std::span<const IndexScan> scans,
-                         std::span<const int64_t> limits);
+// The indices, given each patch's scan (scan_indices against its limit, <wt/sdk/patch_scan.hpp>)
+// of the indices now at `indices[k]` (the receiver's copies): the first one out of range, in patch
+// order, else an index given twice for one parameter (in one patch or across the batch) is
+// refused, naming the patch.
+void judge_patch_indices(std::span<const PatchForm> forms, std::span<const int32_t* const> indices,
+                         std::span<const IndexScan> scans);
 
-// Writes a validated patch's values at its indices into `dst`, the tensor's bytes.
-void apply_patch(const wt_sparse_patch& patch, unsigned char* dst);
+// Writes `count` values of `element_size` bytes at their (validated) indices into `dst`, the
+// tensor's bytes.
+void apply_patch(const int32_t* indices, const unsigned char* values, int64_t count,
+                 std::size_t element_size, unsigned char* dst);
 
 }  // namespace wt::detail

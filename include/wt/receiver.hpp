@@ -155,6 +155,7 @@ class Receiver {
   // The pending patches' indices and values, appended as they arrive. The memory is kept from
   // round to round, so a round's copy lands in pages already mapped, without zero-filling.
   std::size_t reserve_pending_bytes(std::size_t n);  // returns the offset; the buffer may move
+  void clear_pending_patches();                      // at the end of a round
   std::unique_ptr<unsigned char[]> pending_bytes_;
   std::size_t pending_size_ = 0, pending_capacity_ = 0;
   TensorMap committed_;

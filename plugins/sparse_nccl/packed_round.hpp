@@ -56,9 +56,10 @@ inline PackedRoundLayout packed_round_layout(const std::vector<int64_t>& counts,
 // more), so packing writes to memory already mapped.
 class PackedRound {
  public:
-  // Makes room for `layout` (uninitialised) and takes its offsets.
+  // Makes room for `layout` (uninitialised) and takes its offsets. A round that needs much less
+  // than the buffer holds gets a smaller one: one large round does not pin its memory.
   unsigned char* prepare(PackedRoundLayout layout) {
-    if (capacity_ < layout.bytes) {
+    if (capacity_ < layout.bytes || layout.bytes < capacity_ / 4) {
       data_.reset(new unsigned char[layout.bytes]);
       capacity_ = layout.bytes;
     }

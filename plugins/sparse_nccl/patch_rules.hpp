@@ -11,14 +11,28 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace wt::sparse {
 
-// What a checked round's patches are in.
+// A patch as it was checked: every field read once from the caller's memory, so that the update
+// info, the wire layout and the broadcasts all agree with what was checked even if the caller
+// changes its patch structs meanwhile.
+struct CheckedPatch {
+  std::string name;
+  DLDataType dtype{};  // of the values
+  std::vector<int64_t> full_shape;
+  int64_t count = 0;              // indices, and values
+  const void* indices = nullptr;  // the elements (data + byte_offset)
+  const void* values = nullptr;
+};
+
+// What a checked round is.
 struct CheckedRound {
   int cuda_device = -1;  // -1: host memory
   bool packed = false;   // the round was packed into the PackedRound given
+  std::vector<CheckedPatch> patches;
 };
 
 // Copies `n` bytes of CUDA memory on `device` to host memory.

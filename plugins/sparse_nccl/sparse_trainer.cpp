@@ -51,9 +51,13 @@ void SparseTrainer::abort() {
 void SparseTrainer::send_weights(const sdk::SendArgs& args) {
   if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
   if (!sender_ || args.patches.empty()) return;  // nothing at all: no RPC, no collective
-  const auto& patches = args.patches;
-  const CheckedRound round = check_round(patches, &read_device, default_copy_threads(),
+  // CUDA patches: the producer's kernels are done before the check reads them (and before the
+  // broadcasts do). A round that turns out to mix memories is refused by the check.
+  const DLDevice first = args.patches.front().indices.device;
+  if (first.device_type == kDLCUDA) plugins::wait_stream(first.device_id, args.stream);
+  const CheckedRound round = check_round(args.patches, &read_device, default_copy_threads(),
                                          pack_host_rounds_ ? &packed_ : nullptr);
+  const auto& patches = round.patches;  // as checked: read once from the caller's structs
   if (round.cuda_device != info_.cuda_device())
     fail(WT_ERR_INVALID_ARGUMENT,
          "the patches are in {} memory, but this engine moves {} (init info device \"{}\")",
@@ -68,9 +72,9 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
                            {"num_updates_list", nlohmann::json::array()}};
   for (const auto& p : patches) {
     update["names"].push_back(p.name);
-    update["dtype_names"].push_back(torch_name(p.values.dtype));
-    update["shapes"].push_back(std::vector<int64_t>(p.full_shape, p.full_shape + p.full_ndim));
-    update["num_updates_list"].push_back(p.indices.shape[0]);
+    update["dtype_names"].push_back(torch_name(p.dtype));
+    update["shapes"].push_back(p.full_shape);
+    update["num_updates_list"].push_back(p.count);
   }
   client_.start_weight_update();
   bool started = false;
@@ -78,7 +82,6 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
       [this, text = update.dump()] { client_.update_weights(text); });
   try {
     if (rpc->done()) rpc->wait(aborted_);  // a refusal that already arrived: no collective
-    if (round.cuda_device >= 0) plugins::wait_stream(round.cuda_device, args.stream);
     if (round.packed) {
       started = true;
       group_->broadcast(
@@ -88,14 +91,12 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
     for (const auto& p : patches) {
       if (round.packed) break;
       if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
-      const auto n = static_cast<std::size_t>(p.indices.shape[0]);
+      const auto n = static_cast<std::size_t>(p.count);
       started = true;
-      group_->broadcast(static_cast<unsigned char*>(p.indices.data) + p.indices.byte_offset, 4 * n,
-                        p.indices.dtype, 0,
-                        "broadcast of the indices of '" + std::string(p.name) + "'");
-      group_->broadcast(static_cast<unsigned char*>(p.values.data) + p.values.byte_offset,
-                        element_size(p.values.dtype) * n, p.values.dtype, 0,
-                        "broadcast of the values of '" + std::string(p.name) + "'");
+      group_->broadcast(const_cast<void*>(p.indices), 4 * n, {kDLInt, 32, 1}, 0,
+                        "broadcast of the indices of '" + p.name + "'");
+      group_->broadcast(const_cast<void*>(p.values), element_size(p.dtype) * n, p.dtype, 0,
+                        "broadcast of the values of '" + p.name + "'");
     }
     rpc->wait(aborted_);
   } catch (...) {

@@ -24,6 +24,7 @@ void parallel_for(std::size_t count, unsigned threads, Work&& work) {
   };
   std::vector<std::jthread> helpers;
   const std::size_t wanted = std::min<std::size_t>(threads, count);
+  helpers.reserve(wanted);  // before any thread starts: only starting one can fail below
   for (std::size_t t = 1; t < wanted; ++t) {
     try {
       helpers.emplace_back(run);
