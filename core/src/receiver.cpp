@@ -87,9 +87,10 @@ std::size_t Receiver::reserve_pending_bytes(std::size_t n) {
 
 void Receiver::clear_pending_patches() {
   pending_patches_.clear();
-  // The memory is kept for the next round, unless this one used little of it: one large round
-  // does not pin its memory for the receiver's life.
-  if (pending_size_ < pending_capacity_ / 4) {
+  // The memory is kept for the next round, unless this one kept patches in a small part of it:
+  // one large round does not pin its memory for the receiver's life. (Called again at the next
+  // start with nothing kept: that says nothing about the size of rounds.)
+  if (pending_size_ > 0 && pending_size_ < pending_capacity_ / 4) {
     pending_bytes_.reset();
     pending_capacity_ = 0;
   }
