@@ -499,6 +499,12 @@ struct PackedRound {
   }
 };
 
+// Every tensor of the round holds the bytes the sender sent for it, however it arrived.
+void expect_every_tensor_as_sent(const OfferingLoader& loader, const PackedRound& round) {
+  for (std::size_t i = 0; i < round.names.size(); ++i)
+    EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+}
+
 std::unique_ptr<nccl::NcclWorker> packed_worker(const PackedRound& round,
                                                 std::vector<const void*>& into) {
   auto w = std::make_unique<nccl::NcclWorker>(worker_context(),
@@ -530,8 +536,7 @@ TEST(NcclWorkerSpy, APackedChunkIsReceivedInPlaceWhenItsDestinationsLieBackToBac
   EXPECT_EQ(worker->in_place_chunks(), 2u);
   EXPECT_THAT(loader.written, ElementsAre("a", "b", "c", "d", "e"));
   EXPECT_TRUE(loader.loaded.empty());
-  for (std::size_t i = 0; i < round.names.size(); ++i)
-    EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+  expect_every_tensor_as_sent(loader, round);
 }
 
 TEST(NcclWorkerSpy, DestinationsApartAreFilledFromThePackedBuffer) {
@@ -548,8 +553,7 @@ TEST(NcclWorkerSpy, DestinationsApartAreFilledFromThePackedBuffer) {
   EXPECT_EQ(worker->in_place_chunks(), 0u);
   EXPECT_THAT(loader.written, ElementsAre("a", "b", "c", "d", "e"));
   EXPECT_TRUE(loader.loaded.empty());
-  for (std::size_t i = 0; i < round.names.size(); ++i)
-    EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+  expect_every_tensor_as_sent(loader, round);
 }
 
 TEST(NcclWorkerSpy, TensorsWithoutADestinationGoThroughLoad) {
@@ -564,8 +568,7 @@ TEST(NcclWorkerSpy, TensorsWithoutADestinationGoThroughLoad) {
   EXPECT_EQ(worker->in_place_chunks(), 0u);
   EXPECT_THAT(loader.written, ElementsAre("a", "b"));
   EXPECT_EQ(loader.loaded.size(), 3u);
-  for (std::size_t i = 0; i < round.names.size(); ++i)
-    EXPECT_EQ(loader.bytes_of(round.names[i]), round.expected(i)) << round.names[i];
+  expect_every_tensor_as_sent(loader, round);
 }
 
 TEST(NcclWorkerSpy, AnUpdateTextSeenLastRoundIsReusedAndAChangedOneIsReadAgain) {

@@ -8,8 +8,6 @@
 #include <wt/dtype.hpp>
 #include <wt/sdk/parallel_copy.hpp>
 
-#include <cstring>
-
 namespace wt::sparse {
 
 using sdk::fail;
@@ -87,16 +85,16 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
       group_->broadcast(
           packed_.data(), packed_.layout().bytes, {kDLUInt, 8, 1}, 0,
           "broadcast of the round's " + std::to_string(patches.size()) + " patches (packed)");
-    }
-    for (const auto& p : patches) {
-      if (round.packed) break;
-      if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
-      const auto n = static_cast<std::size_t>(p.count);
-      started = true;
-      group_->broadcast(const_cast<void*>(p.indices), 4 * n, {kDLInt, 32, 1}, 0,
-                        "broadcast of the indices of '" + p.name + "'");
-      group_->broadcast(const_cast<void*>(p.values), element_size(p.dtype) * n, p.dtype, 0,
-                        "broadcast of the values of '" + p.name + "'");
+    } else {
+      for (const auto& p : patches) {  // vLLM's wire: per patch, indices then values
+        if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
+        const auto n = static_cast<std::size_t>(p.count);
+        started = true;
+        group_->broadcast(const_cast<void*>(p.indices), 4 * n, {kDLInt, 32, 1}, 0,
+                          "broadcast of the indices of '" + p.name + "'");
+        group_->broadcast(const_cast<void*>(p.values), element_size(p.dtype) * n, p.dtype, 0,
+                          "broadcast of the values of '" + p.name + "'");
+      }
     }
     rpc->wait(aborted_);
   } catch (...) {
