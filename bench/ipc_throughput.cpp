@@ -8,7 +8,7 @@
 // already live in a /dev/shm file (exported in place: the receiver's copy is the only one).
 //
 //   build/bin/wt_bench_ipc [--gib 1] [--rounds 5] [--tensor-mib 8] [--only packed]
-#include <wt/http_client.hpp>
+#include <wt/services/http_client.hpp>
 #include <wt/sdk/shm_segments.hpp>
 #include <wt/wt.hpp>
 

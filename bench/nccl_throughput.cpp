@@ -9,7 +9,7 @@
 #include "broadcast_group.hpp"
 #include "support/free_port.hpp"
 
-#include <wt/receiver.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 
 #include <fmt/format.h>

@@ -4,6 +4,7 @@
 // name, and the child is killed with everything it started.
 #include "commands.hpp"
 #include "conformance/conformance.hpp"
+#include "conformance/process_tree.hpp"
 
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
@@ -16,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace fs = std::filesystem;
 
@@ -34,16 +37,20 @@ using conformance::Outcome;
 // The child's side: each event one JSON line on the pipe.
 class PipeReporter : public conformance::Reporter {
  public:
-  explicit PipeReporter(int fd) : fd_(fd) {}
+  PipeReporter(int fd, std::string nonce) : fd_(fd), nonce_(std::move(nonce)) {}
   void plugin(const nlohmann::json& info) override { write({{"plugin", info}}); }
   void begin(const std::string& check) override { write({{"begin", check}}); }
   void end(const std::string& check, Outcome o, const std::string& detail) override {
-    const char* r = o == Outcome::pass ? "pass" : o == Outcome::fail ? "FAIL" : "skip";
+    const char* r = o == Outcome::pass   ? "pass"
+                    : o == Outcome::fail ? "FAIL"
+                    : o == Outcome::skip ? "skip"
+                                         : "n/a";
     write({{"end", check}, {"result", r}, {"detail", detail}});
   }
 
  private:
-  void write(const nlohmann::json& j) {
+  void write(nlohmann::json j) {
+    j["nonce"] = nonce_;
     std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     const char* p = line.data();
     std::size_t n = line.size();
@@ -56,7 +63,22 @@ class PipeReporter : public conformance::Reporter {
     }
   }
   int fd_;
+  std::string nonce_;
 };
+
+// 128 random bits, hex: the run's nonce (conformance::Options::nonce).
+std::string make_nonce() {
+  unsigned char b[16];
+  std::FILE* f = std::fopen("/dev/urandom", "rb");
+  if (f == nullptr || std::fread(b, 1, sizeof b, f) != sizeof b) {
+    if (f != nullptr) std::fclose(f);
+    throw Error(WT_ERR_SYSTEM, "cannot read /dev/urandom");
+  }
+  std::fclose(f);
+  std::string out;
+  for (unsigned char c : b) out += fmt::format("{:02x}", c);
+  return out;
+}
 
 nlohmann::json json_option(const std::string& text, const char* option) {
   if (text.empty()) return nlohmann::json::object();
@@ -119,7 +141,16 @@ int run_conformance(conformance::Options opts) {
   if (::mkdtemp(tmpl.data()) == nullptr)
     throw Error(WT_ERR_SYSTEM, fmt::format("cannot make a work directory: {}", strerror(errno)));
   opts.work_dir = tmpl;
+  opts.nonce = make_nonce();
   const std::string log = opts.work_dir + "/checks.log";
+  // The checks' own temp and working directories (the `leftovers` check reads them).
+  for (const char* d : {"/tmp", "/cwd"})
+    if (::mkdir((opts.work_dir + d).c_str(), 0700) != 0)
+      throw Error(WT_ERR_SYSTEM,
+                  fmt::format("cannot make {}{}: {}", opts.work_dir, d, strerror(errno)));
+  // Whatever the checks start and orphan (a daemon that called setsid, a double fork) becomes
+  // our child instead of init's, so it is found and ended below.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(WT_ERR_SYSTEM, "pipe failed");
@@ -136,7 +167,12 @@ int run_conformance(conformance::Options opts) {
     ::close(fds[0]);
     int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (lf >= 0) ::dup2(lf, 1), ::dup2(lf, 2);
-    PipeReporter reporter(fds[1]);
+    // The plugin's processes and the worker's `wt serve` inherit these, not the verdict pipe
+    // (close-on-exec); a plugin's forked children are ended after each check.
+    ::setenv("TMPDIR", (opts.work_dir + "/tmp").c_str(), 1);
+    if (::chdir((opts.work_dir + "/cwd").c_str()) != 0) ::_exit(1);
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    PipeReporter reporter(fds[1], opts.nonce);
     try {
       conformance::run_checks(opts, reporter);
     } catch (...) {
@@ -162,17 +198,30 @@ int run_conformance(conformance::Options opts) {
   deadline_s["loopback"] += 20 * opts.rounds;  // every round is a full sync
   nlohmann::json plugin;
   std::optional<std::string> current;
+  bool forged = false;
+  std::set<std::string> forged_in;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::string buf;
-  bool eof = false, killed = false;
+  bool eof = false, killed = false, exited = false;
+  int status = 0;
   while (!eof) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                     deadline - std::chrono::steady_clock::now())
                     .count();
     pollfd p{fds[0], POLLIN, 0};
-    int r = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
+    // Woken at least every 200 ms to see whether the checks process ended: a process the
+    // plugin forked may hold the pipe open after it.
+    int r = left > 0 ? ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 200))) : 0;
     if (g_stop_signal != 0) break;
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0 && left > 0) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        pollfd q{fds[0], POLLIN, 0};
+        if (::poll(&q, 1, 0) <= 0) break;  // nothing more to read
+      }
+      continue;
+    }
     if (r == 0) {
       ::kill(-pid, SIGKILL);
       killed = true;
@@ -192,13 +241,25 @@ int run_conformance(conformance::Options opts) {
     buf.append(chunk, static_cast<std::size_t>(n));
     for (std::size_t nl; (nl = buf.find('\n')) != std::string::npos; buf.erase(0, nl + 1)) {
       auto j = nlohmann::json::parse(buf.substr(0, nl), nullptr, false);
+      if (!j.is_object() || j.value("nonce", "") != opts.nonce) {
+        // Not the checks' own line: something wrote into a descriptor it does not own.
+        forged = true;
+        if (current) forged_in.insert(*current);
+        continue;
+      }
       if (j.contains("plugin")) plugin = j["plugin"];
       if (j.contains("begin")) {
         current = j["begin"].get<std::string>();
         deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s[*current]);
       }
       if (j.contains("end")) {
-        rows[j["end"].get<std::string>()] = {j.value("result", "?"), j.value("detail", "")};
+        const std::string name = j["end"].get<std::string>();
+        rows[name] = {j.value("result", "?"), j.value("detail", "")};
+        if (forged_in.count(name) != 0)
+          rows[name] = {"FAIL",
+                        "something other than the checks wrote into the verdict channel during "
+                        "this check (a line without this run's nonce): the plugin writes into "
+                        "descriptors it does not own"};
         current.reset();
         deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       }
@@ -206,10 +267,10 @@ int run_conformance(conformance::Options opts) {
   }
   ::close(fds[0]);
   // Anything the checks started and left behind goes, before the leader is reaped (its process
-  // group must still exist).
+  // group must still exist), and then whatever left the group (setsid) and was orphaned to us.
   ::kill(-pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  if (!exited) ::waitpid(pid, &status, 0);
+  conformance::kill_descendants(::getpid());
   if (g_stop_signal != 0) {
     std::error_code ec;
     fs::remove_all(opts.work_dir, ec);
@@ -228,22 +289,30 @@ int run_conformance(conformance::Options opts) {
                plugin.value("backend", "?"), plugin.value("plugin_version", "?"),
                plugin.value("abi_version", 0), fmt::join(caps, ", "));
   }
-  fmt::print("\n  {:<16} {:<6} {}\n", "check", "result", "detail");
-  int passed = 0, failed = 0, skipped = 0, not_run = 0;
+  fmt::print("\n  {:<16} {:<4} {:<6} {}\n", "check", "ABI", "result", "detail");
+  if (forged && forged_in.empty())
+    rows["file"] = {"FAIL", "something other than the checks wrote into the verdict channel"};
+  int passed = 0, failed = 0, skipped = 0, not_applicable = 0, not_run = 0;
   for (const auto& d : defs) {
     const Row& row = rows[d.name];
-    fmt::print("  {:<16} {:<6} {}\n", d.name, row.result, row.detail);
+    const std::string abis = d.min_abi == d.max_abi ? std::to_string(d.min_abi)
+                                                    : fmt::format("{}-{}", d.min_abi, d.max_abi);
+    fmt::print("  {:<16} {:<4} {:<6} {}\n", d.name, abis, row.result, row.detail);
     if (row.result == "pass")
       ++passed;
     else if (row.result == "FAIL")
       ++failed;
     else if (row.result == "skip")
       ++skipped;
+    else if (row.result == "n/a")
+      ++not_applicable;
     else
       ++not_run;
   }
-  fmt::print("\n{} checks: {} passed, {} failed, {} skipped{}\n", defs.size(), passed, failed,
-             skipped, not_run ? fmt::format(", {} not run", not_run) : "");
+  fmt::print("\n{} checks: {} passed, {} failed, {} skipped{}{}\n", defs.size(), passed, failed,
+             skipped,
+             not_applicable ? fmt::format(", {} not applicable to its ABI", not_applicable) : "",
+             not_run ? fmt::format(", {} not run", not_run) : "");
   if (failed + not_run > 0) {
     std::string tail = log_tail(log, 20);
     if (!tail.empty()) fmt::print("\nlast lines the checks logged:\n{}", tail);

@@ -6,13 +6,13 @@
 #include "launch_trainer.hpp"
 #include "subprocess.hpp"
 
-#include <wt/checkpoint_gen.hpp>
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
-#include <wt/http_client.hpp>
 #include <wt/registry.hpp>
-#include <wt/safetensors.hpp>
 #include <wt/sdk/shm_segments.hpp>
+#include <wt/services/checkpoint_gen.hpp>
+#include <wt/services/http_client.hpp>
+#include <wt/services/safetensors.hpp>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -61,6 +61,8 @@ std::vector<std::string> prepare_checkpoint(const LaunchConfig& cfg, bool quiet)
   }
 }
 
+// One round as rank 0 reported it; `round` counts from 1 everywhere wt launch shows it (progress
+// lines, the table, the JSON report), as "round 1/4" does.
 struct RoundResult {
   int round = 0;
   double seconds = 0;
@@ -78,10 +80,322 @@ void draw_progress(int round, int rounds, uint64_t bytes, uint64_t total, double
   double eta = rate > 0 ? static_cast<double>(total - bytes) / rate : 0;
   std::string bar(static_cast<std::size_t>(filled), '#');
   bar.append(static_cast<std::size_t>(width - filled), '.');
-  fmt::print(stderr, "\r  round {}/{} [{}] {:>7} / {} GB  {:>6.2f} GB/s  ETA {:4.1f}s ", round + 1,
+  fmt::print(stderr, "\r  round {}/{} [{}] {:>7} / {} GB  {:>6.2f} GB/s  ETA {:4.1f}s ", round,
              rounds, bar, gb(static_cast<double>(bytes)), gb(static_cast<double>(total)),
              rate / 1e9, eta);
   std::fflush(stderr);
+}
+
+// The checkpoint every process reads, checked before any process starts.
+struct Checkpoint {
+  std::vector<std::string> files;
+  uint64_t total = 0;
+  std::size_t tensors = 0;
+};
+
+// Step 1: the config's init info against the receivers' world sizes (asked of a given URL, an
+// embedded wt serve has one worker), then the checkpoint, generated if need be and validated.
+Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
+  std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0, 1);
+  if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
+      !cfg.init_info.contains("world_size"))
+    for (const auto& url : cfg.receiver_urls) {
+      HttpClient::Options hopts;
+      hopts.bearer_token = cfg.receiver_token;
+      hopts.timeout = std::chrono::seconds(30);
+      world_sizes.push_back(HttpClient(url, hopts).get("/get_world_size").value("world_size", 1));
+    }
+  try {
+    validate_init_info(cfg, world_sizes);
+    Checkpoint c;
+    c.files = prepare_checkpoint(cfg, quiet);
+    SafetensorsSource check(c.files);  // validates every header
+    c.total = check.total_bytes();
+    c.tensors = check.size();
+    return c;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind(cfg.file, 0) == 0) throw;
+    throw Error(e.code(), cfg.file + ": " + msg);
+  }
+}
+
+// Step 2: the receivers. Embedded ones are `wt serve` children (a delta backend's start from the
+// checkpoint, as inference servers do); the URLs of given ones come after theirs.
+struct Receivers {
+  std::vector<std::unique_ptr<Child>> children;
+  std::vector<std::string> urls;
+};
+Receivers start_receivers(const LaunchConfig& cfg, const std::string& exe,
+                          const std::vector<std::string>& files) {
+  Receivers r;
+  r.urls = cfg.receiver_urls;
+  const bool sparse = Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE;
+  if (!cfg.embedded_receiver) return r;
+  for (int k = 0; k < cfg.receiver_count; ++k) {
+    std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
+    if (sparse)
+      for (const auto& f : files) args.insert(args.end(), {"--load-checkpoint", f});
+    for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
+    // The token travels in the environment: argv is readable by every user of the host.
+    auto [child, url] = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
+    r.children.push_back(std::move(child));
+    r.urls.push_back(url);
+  }
+  return r;
+}
+
+// Step 3: one `wt launch CONFIG --trainer-rank K` process per trainer rank.
+std::vector<std::unique_ptr<Child>> start_trainer_ranks(const LaunchConfig& cfg,
+                                                        const std::string& exe,
+                                                        const std::vector<std::string>& urls,
+                                                        const std::vector<std::string>& files,
+                                                        const std::string& rendezvous) {
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (int k = 0; k < cfg.trainer_ranks; ++k) {
+    std::vector<std::string> argv{exe,
+                                  "launch",
+                                  cfg.file,
+                                  "--trainer-rank",
+                                  std::to_string(k),
+                                  "--rendezvous-dir",
+                                  rendezvous.empty() ? "-" : rendezvous};
+    for (const auto& u : urls) argv.insert(argv.end(), {"--receiver-url", u});
+    for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
+    ranks.push_back(std::make_unique<Child>(argv));
+  }
+  return ranks;
+}
+
+// What the ranks reported while the run went.
+struct RunEvents {
+  std::vector<RoundResult> rounds;
+  std::vector<std::string> errors;
+  nlohmann::json init;
+};
+
+// Anything a process prints that is not one of rank 0's JSON events (its log, at WT_LOG_LEVEL)
+// goes to stderr. Every pipe is drained as the run goes, so a chatty rank or receiver never
+// blocks on a full pipe.
+void pass_through(Child& c, const std::string& who) {
+  c.drain();
+  while (auto line = c.next_line(0ms))
+    if (line->empty() || (*line)[0] != '{') fmt::print(stderr, "[{}] {}\n", who, *line);
+}
+
+RoundResult round_from_event(const nlohmann::json& ev) {
+  RoundResult r;
+  r.round = ev["round"].get<int>() + 1;  // the ranks count rounds from 0
+  r.seconds = ev["seconds"];
+  r.bytes = ev["bytes"];
+  r.has_verify = ev.contains("verified");
+  if (r.has_verify) {
+    r.verified = ev["verified"];
+    r.checked = ev["checked"];
+    r.mismatched = ev["mismatched_count"];
+    r.mismatched_names = ev["mismatched"];
+  }
+  return r;
+}
+
+void print_round_line(const RoundResult& r, int rounds) {
+  fmt::print("  round {}/{}: {:.3f} s, {:.2f} GB/s{}\n", r.round, rounds, r.seconds,
+             static_cast<double>(r.bytes) / r.seconds / 1e9,
+             !r.has_verify ? ""
+             : r.verified  ? fmt::format(", verified {}/{} tensors", r.checked, r.checked)
+                           : fmt::format(", MISMATCH in {} tensors: {}", r.mismatched,
+                                         r.mismatched_names.dump()));
+  std::fflush(stdout);
+}
+
+// Step 4: follows rank 0's events (progress, rounds, errors) until it ends.
+RunEvents follow_ranks(const LaunchConfig& cfg, std::vector<std::unique_ptr<Child>>& ranks,
+                       Receivers& receivers, bool json, bool tty) {
+  RunEvents out;
+  auto round_start = std::chrono::steady_clock::now();
+  for (;;) {
+    for (std::size_t k = 1; k < ranks.size(); ++k)
+      pass_through(*ranks[k], fmt::format("rank {}", k));
+    for (std::size_t k = 0; k < receivers.children.size(); ++k)
+      pass_through(*receivers.children[k], receivers.children.size() == 1
+                                               ? std::string("receiver")
+                                               : fmt::format("receiver {}", k + 1));
+    auto line = ranks[0]->next_line(100ms);
+    if (!line) {
+      if (ranks[0]->at_eof()) break;
+      continue;
+    }
+    nlohmann::json ev;
+    try {
+      ev = nlohmann::json::parse(*line);
+    } catch (...) {
+      fmt::print(stderr, "[rank 0] {}\n", *line);
+      continue;
+    }
+    const std::string kind = ev.value("event", "");
+    if (kind == "init") {
+      out.init = ev;
+      round_start = std::chrono::steady_clock::now();
+    } else if (kind == "progress" && tty) {
+      double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
+      draw_progress(ev["round"].get<int>() + 1, cfg.rounds, ev["bytes"], ev["total"], elapsed);
+    } else if (kind == "round") {
+      out.rounds.push_back(round_from_event(ev));
+      if (tty) fmt::print(stderr, "\r\033[K");
+      if (!json) print_round_line(out.rounds.back(), cfg.rounds);
+      round_start = std::chrono::steady_clock::now();
+    } else if (kind == "error") {
+      out.errors.push_back(
+          fmt::format("rank {}: {}", ev.value("rank", 0), ev.value("message", "")));
+    }
+  }
+  return out;
+}
+
+// Step 5: reaps every rank (collecting the errors ranks other than 0 printed), then stops the
+// embedded receivers. Returns whether every rank exited 0.
+bool reap(std::vector<std::unique_ptr<Child>>& ranks, Receivers& receivers,
+          std::vector<std::string>& errors) {
+  bool ranks_ok = true;
+  for (std::size_t k = 0; k < ranks.size(); ++k) {
+    int rc = ranks[k]->wait();
+    if (k > 0) pass_through(*ranks[k], fmt::format("rank {}", k));
+    if (rc != 0) ranks_ok = false;
+    if (k > 0) {
+      const std::string& out = ranks[k]->output();
+      for (std::size_t pos = 0; (pos = out.find("\"event\":\"error\"", pos)) != std::string::npos;
+           ++pos) {
+        auto start = out.rfind('\n', pos);
+        const std::size_t from = start == std::string::npos ? 0 : start + 1;
+        auto ev = nlohmann::json::parse(out.substr(from, out.find('\n', pos) - from));
+        errors.push_back(fmt::format("rank {}: {}", k, ev.value("message", "")));
+      }
+    }
+    if (rc != 0 && errors.empty())
+      errors.push_back(fmt::format("rank {} exited with status {}", k, rc));
+  }
+  for (auto& r : receivers.children) r->kill(SIGTERM);
+  for (auto& r : receivers.children) r->wait();
+  return ranks_ok;
+}
+
+// Step 6: the report.
+struct Totals {
+  double seconds = 0, fastest = 0;
+  uint64_t bytes = 0;
+  bool all_verified = true;
+};
+Totals totals(const LaunchConfig& cfg, const std::vector<RoundResult>& rounds) {
+  Totals t;
+  for (const auto& r : rounds) {
+    t.seconds += r.seconds;
+    t.bytes += r.bytes;
+    if (r.seconds > 0)
+      t.fastest = std::max(t.fastest, static_cast<double>(r.bytes) / r.seconds / 1e9);
+    if (cfg.verify && !(r.has_verify && r.verified)) t.all_verified = false;
+  }
+  return t;
+}
+
+void print_json_report(const LaunchConfig& cfg, const Checkpoint& ckpt, const Receivers& receivers,
+                       const RunEvents& ev, const Totals& t, bool ok) {
+  nlohmann::json rounds = nlohmann::json::array();
+  for (const auto& r : ev.rounds)
+    rounds.push_back(
+        {{"round", r.round},
+         {"seconds", r.seconds},
+         {"bytes", r.bytes},
+         {"gb_per_s", static_cast<double>(r.bytes) / r.seconds / 1e9},
+         {"verified", r.has_verify ? nlohmann::json(r.verified) : nlohmann::json(nullptr)},
+         {"mismatched", r.mismatched_names}});
+  const auto& urls = receivers.urls;
+  nlohmann::json report = {
+      {"ok", ok},
+      {"config", cfg.file},
+      {"backend", cfg.backend},
+      {"trainer_ranks", cfg.trainer_ranks},
+      {"receiver", urls.size() == 1 ? nlohmann::json(urls[0]) : nlohmann::json(urls)},
+      {"tensors", ckpt.tensors},
+      {"bytes_per_round", ckpt.total},
+      {"rounds", rounds},
+      {"total_seconds", t.seconds},
+      {"mean_gb_per_s", t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0},
+      {"fastest_gb_per_s", t.fastest},
+      {"errors", ev.errors}};
+  if (!ev.init.is_null()) report["trainer_init_seconds"] = ev.init["seconds"];
+  fmt::print("{}\n", report.dump(2));
+}
+
+void print_table(const LaunchConfig& cfg, const RunEvents& ev, const Totals& t, bool ok) {
+  fmt::print("\n  {:<6} {:>9} {:>9} {:>8}  {}\n", "round", "seconds", "GB", "GB/s", "verified");
+  for (const auto& r : ev.rounds)
+    fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}  {}\n", r.round, r.seconds,
+               gb(static_cast<double>(r.bytes)), static_cast<double>(r.bytes) / r.seconds / 1e9,
+               !r.has_verify ? "not checked"
+               : r.verified  ? "yes"
+                             : "NO");
+  if (t.seconds > 0)
+    fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}\n", "total", t.seconds,
+               gb(static_cast<double>(t.bytes)), static_cast<double>(t.bytes) / t.seconds / 1e9);
+  if (t.fastest > 0)
+    fmt::print(
+        "  fastest round: {:.2f} GB/s (the first rounds of a process also pay for first touches "
+        "of fresh memory)\n",
+        t.fastest);
+  for (const auto& e : ev.errors) fmt::print(stderr, "wt launch: error: {}\n", e);
+  fmt::print("\n{}\n", ok ? (cfg.verify ? "OK: every round verified"
+                                        : "OK: every round completed (not verified)")
+                          : "FAILED");
+}
+
+// The coordinator: the steps above, in order.
+int run_coordinator(const LaunchConfig& cfg, bool json) {
+  const bool tty = !json && isatty(2);
+  for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
+  const Checkpoint ckpt = check_config(cfg, json);
+  const std::string exe = self_exe();
+  Receivers receivers = start_receivers(cfg, exe, ckpt.files);
+  std::string rendezvous;
+  // However the run ends, even by an exception: the rendezvous directory goes, and so do the
+  // shared-memory segments of ranks killed mid-round (the ranks, declared below, are reaped
+  // before this runs), instead of waiting for the next wt process to sweep them.
+  struct Cleanup {
+    const std::string& dir;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+      shm::sweep_orphaned_segments();
+    }
+  } cleanup{rendezvous};
+  if (cfg.trainer_ranks > 1) {
+    char tmpl[] = "/tmp/wt-launch-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr)
+      throw Error(WT_ERR_SYSTEM, "cannot create a rendezvous directory in /tmp");
+    rendezvous = tmpl;
+  }
+  if (!json) {
+    std::string url_list;
+    for (const auto& u : receivers.urls) url_list += (url_list.empty() ? "" : ", ") + u;
+    fmt::print(
+        "wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver{} {}{} | {} "
+        "round(s)\n",
+        cfg.backend, cfg.trainer_ranks, ckpt.tensors, gb(static_cast<double>(ckpt.total)),
+        receivers.urls.size() > 1 ? "s" : "", url_list, cfg.embedded_receiver ? " (embedded)" : "",
+        cfg.rounds);
+  }
+  std::fflush(stdout);
+  auto ranks = start_trainer_ranks(cfg, exe, receivers.urls, ckpt.files, rendezvous);
+  RunEvents ev = follow_ranks(cfg, ranks, receivers, json, tty);
+  const bool ranks_ok = reap(ranks, receivers, ev.errors);
+  const Totals t = totals(cfg, ev.rounds);
+  const bool ok = ranks_ok && ev.errors.empty() &&
+                  static_cast<int>(ev.rounds.size()) == cfg.rounds && t.all_verified;
+  if (json)
+    print_json_report(cfg, ckpt, receivers, ev, t, ok);
+  else
+    print_table(cfg, ev, t, ok);
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -93,7 +407,6 @@ Run add_launch_command(CLI::App& app) {
     std::string config;
     bool json = false;
     TrainerRankArgs trainer;
-    bool is_trainer = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("config", o->config, "The YAML launch config")->required();
@@ -106,240 +419,7 @@ Run add_launch_command(CLI::App& app) {
   return [o, rank]() {
     LaunchConfig cfg = load_launch_config(o->config);
     if (*rank) return run_trainer_rank(cfg, o->trainer);
-
-    const bool tty = !o->json && isatty(2);
-    for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
-    std::vector<std::string> files;
-    uint64_t total = 0;
-    std::size_t tensors = 0;
-    // The receivers' world sizes, for a default world_size: an embedded wt serve has one worker.
-    std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0, 1);
-    if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
-        !cfg.init_info.contains("world_size"))
-      for (const auto& url : cfg.receiver_urls) {
-        HttpClient::Options hopts;
-        hopts.bearer_token = cfg.receiver_token;
-        hopts.timeout = std::chrono::seconds(30);
-        world_sizes.push_back(HttpClient(url, hopts).get("/get_world_size").value("world_size", 1));
-      }
-    try {
-      validate_init_info(cfg, world_sizes);
-      files = prepare_checkpoint(cfg, o->json);
-      SafetensorsSource check(files);  // validates every header before any process starts
-      total = check.total_bytes();
-      tensors = check.size();
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.rfind(cfg.file, 0) == 0) throw;
-      throw Error(e.code(), cfg.file + ": " + msg);
-    }
-    const std::string exe = self_exe();
-
-    std::vector<std::unique_ptr<Child>> receivers;
-    std::vector<std::string> urls = cfg.receiver_urls;
-    // A delta backend's receivers start from the checkpoint, as inference servers do.
-    const bool sparse = Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE;
-    if (cfg.embedded_receiver)
-      for (int k = 0; k < cfg.receiver_count; ++k) {
-        std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
-        if (sparse)
-          for (const auto& f : files) args.insert(args.end(), {"--load-checkpoint", f});
-        for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
-        // The token travels in the environment: argv is readable by every user of the host.
-        auto [child, url] = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
-        receivers.push_back(std::move(child));
-        urls.push_back(url);
-      }
-    std::string url_list;
-    for (const auto& u : urls) url_list += (url_list.empty() ? "" : ", ") + u;
-    std::string rendezvous;
-    // However the run ends, even by an exception: the rendezvous directory goes, and so do the
-    // shared-memory segments of ranks killed mid-round (the ranks, declared below, are reaped
-    // before this runs), instead of waiting for the next wt process to sweep them.
-    struct Cleanup {
-      const std::string& dir;
-      ~Cleanup() {
-        std::error_code ec;
-        if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-        shm::sweep_orphaned_segments();
-      }
-    } cleanup{rendezvous};
-    if (cfg.trainer_ranks > 1) {
-      char tmpl[] = "/tmp/wt-launch-XXXXXX";
-      if (mkdtemp(tmpl) == nullptr)
-        throw Error(WT_ERR_SYSTEM, "cannot create a rendezvous directory in /tmp");
-      rendezvous = tmpl;
-    }
-    if (!o->json)
-      fmt::print(
-          "wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver{} {}{} | {} "
-          "round(s)\n",
-          cfg.backend, cfg.trainer_ranks, tensors, gb(static_cast<double>(total)),
-          urls.size() > 1 ? "s" : "", url_list, cfg.embedded_receiver ? " (embedded)" : "",
-          cfg.rounds);
-    std::fflush(stdout);
-
-    std::vector<std::unique_ptr<Child>> ranks;
-    for (int k = 0; k < cfg.trainer_ranks; ++k) {
-      std::vector<std::string> argv{exe,
-                                    "launch",
-                                    cfg.file,
-                                    "--trainer-rank",
-                                    std::to_string(k),
-                                    "--rendezvous-dir",
-                                    rendezvous.empty() ? "-" : rendezvous};
-      for (const auto& u : urls) argv.insert(argv.end(), {"--receiver-url", u});
-      for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
-      ranks.push_back(std::make_unique<Child>(argv));
-    }
-
-    std::vector<RoundResult> results;
-    std::vector<std::string> errors;
-    nlohmann::json init_event;
-    auto round_start = std::chrono::steady_clock::now();
-    // Rank 0 reports events as JSON lines; anything else a process prints (its log, at
-    // WT_LOG_LEVEL) is passed through to stderr. Every pipe is drained as the run goes, so a
-    // chatty rank or receiver never blocks on a full pipe.
-    auto pass_through = [](Child& c, const std::string& who) {
-      c.drain();
-      while (auto line = c.next_line(0ms))
-        if (line->empty() || (*line)[0] != '{') fmt::print(stderr, "[{}] {}\n", who, *line);
-    };
-    for (;;) {
-      for (std::size_t k = 1; k < ranks.size(); ++k)
-        pass_through(*ranks[k], fmt::format("rank {}", k));
-      for (std::size_t k = 0; k < receivers.size(); ++k)
-        pass_through(*receivers[k], receivers.size() == 1 ? std::string("receiver")
-                                                          : fmt::format("receiver {}", k + 1));
-      auto line = ranks[0]->next_line(100ms);
-      if (!line) {
-        if (ranks[0]->at_eof()) break;
-        continue;
-      }
-      nlohmann::json ev;
-      try {
-        ev = nlohmann::json::parse(*line);
-      } catch (...) {
-        fmt::print(stderr, "[rank 0] {}\n", *line);
-        continue;
-      }
-      const std::string kind = ev.value("event", "");
-      if (kind == "init") {
-        init_event = ev;
-        round_start = std::chrono::steady_clock::now();
-      } else if (kind == "progress" && tty) {
-        double elapsed =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
-        draw_progress(ev["round"], cfg.rounds, ev["bytes"], ev["total"], elapsed);
-      } else if (kind == "round") {
-        RoundResult r;
-        r.round = ev["round"];
-        r.seconds = ev["seconds"];
-        r.bytes = ev["bytes"];
-        r.has_verify = ev.contains("verified");
-        if (r.has_verify) {
-          r.verified = ev["verified"];
-          r.checked = ev["checked"];
-          r.mismatched = ev["mismatched_count"];
-          r.mismatched_names = ev["mismatched"];
-        }
-        results.push_back(r);
-        if (tty) fmt::print(stderr, "\r\033[K");
-        if (!o->json)
-          fmt::print("  round {}/{}: {:.3f} s, {:.2f} GB/s{}\n", r.round + 1, cfg.rounds, r.seconds,
-                     static_cast<double>(r.bytes) / r.seconds / 1e9,
-                     !r.has_verify ? ""
-                     : r.verified  ? fmt::format(", verified {}/{} tensors", r.checked, r.checked)
-                                   : fmt::format(", MISMATCH in {} tensors: {}", r.mismatched,
-                                                 r.mismatched_names.dump()));
-        std::fflush(stdout);
-        round_start = std::chrono::steady_clock::now();
-      } else if (kind == "error") {
-        errors.push_back(fmt::format("rank {}: {}", ev.value("rank", 0), ev.value("message", "")));
-      }
-    }
-    bool ranks_ok = true;
-    for (std::size_t k = 0; k < ranks.size(); ++k) {
-      int rc = ranks[k]->wait();
-      if (k > 0) pass_through(*ranks[k], fmt::format("rank {}", k));
-      if (rc != 0) ranks_ok = false;
-      if (k > 0)
-        for (std::size_t pos = 0;
-             (pos = ranks[k]->output().find("\"event\":\"error\"", pos)) != std::string::npos;
-             ++pos) {
-          auto start = ranks[k]->output().rfind('\n', pos);
-          auto end = ranks[k]->output().find('\n', pos);
-          auto ev = nlohmann::json::parse(
-              ranks[k]->output().substr(start == std::string::npos ? 0 : start + 1,
-                                        end - (start == std::string::npos ? 0 : start + 1)));
-          errors.push_back(fmt::format("rank {}: {}", k, ev.value("message", "")));
-        }
-      if (rc != 0 && errors.empty())
-        errors.push_back(fmt::format("rank {} exited with status {}", k, rc));
-    }
-    for (auto& r : receivers) r->kill(SIGTERM);
-    for (auto& r : receivers) r->wait();
-
-    bool all_verified = true;
-    double seconds = 0, fastest = 0;
-    uint64_t bytes = 0;
-    for (const auto& r : results) {
-      seconds += r.seconds;
-      bytes += r.bytes;
-      if (r.seconds > 0)
-        fastest = std::max(fastest, static_cast<double>(r.bytes) / r.seconds / 1e9);
-      if (cfg.verify && !(r.has_verify && r.verified)) all_verified = false;
-    }
-    const bool ok = ranks_ok && errors.empty() && static_cast<int>(results.size()) == cfg.rounds &&
-                    all_verified;
-    if (o->json) {
-      nlohmann::json rounds = nlohmann::json::array();
-      for (const auto& r : results)
-        rounds.push_back(
-            {{"round", r.round},
-             {"seconds", r.seconds},
-             {"bytes", r.bytes},
-             {"gb_per_s", static_cast<double>(r.bytes) / r.seconds / 1e9},
-             {"verified", r.has_verify ? nlohmann::json(r.verified) : nlohmann::json(nullptr)},
-             {"mismatched", r.mismatched_names}});
-      nlohmann::json report = {
-          {"ok", ok},
-          {"config", cfg.file},
-          {"backend", cfg.backend},
-          {"trainer_ranks", cfg.trainer_ranks},
-          {"receiver", urls.size() == 1 ? nlohmann::json(urls[0]) : nlohmann::json(urls)},
-          {"tensors", tensors},
-          {"bytes_per_round", total},
-          {"rounds", rounds},
-          {"total_seconds", seconds},
-          {"mean_gb_per_s", seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0},
-          {"fastest_gb_per_s", fastest},
-          {"errors", errors}};
-      if (!init_event.is_null()) report["trainer_init_seconds"] = init_event["seconds"];
-      fmt::print("{}\n", report.dump(2));
-    } else {
-      fmt::print("\n  {:<6} {:>9} {:>9} {:>8}  {}\n", "round", "seconds", "GB", "GB/s", "verified");
-      for (const auto& r : results)
-        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}  {}\n", r.round, r.seconds,
-                   gb(static_cast<double>(r.bytes)), static_cast<double>(r.bytes) / r.seconds / 1e9,
-                   !r.has_verify ? "not checked"
-                   : r.verified  ? "yes"
-                                 : "NO");
-      if (seconds > 0)
-        fmt::print("  {:<6} {:>9.3f} {:>9} {:>8.2f}\n", "total", seconds,
-                   gb(static_cast<double>(bytes)), static_cast<double>(bytes) / seconds / 1e9);
-      if (fastest > 0)
-        fmt::print(
-            "  fastest round: {:.2f} GB/s (the first rounds of a process also pay for first "
-            "touches of "
-            "fresh memory)\n",
-            fastest);
-      for (const auto& e : errors) fmt::print(stderr, "wt launch: error: {}\n", e);
-      fmt::print("\n{}\n", ok ? (cfg.verify ? "OK: every round verified"
-                                            : "OK: every round completed (not verified)")
-                              : "FAILED");
-    }
-    return ok ? 0 : 1;
+    return run_coordinator(cfg, o->json);
   };
 }
 

@@ -2,13 +2,13 @@
 #include "commands.hpp"
 #include "device_option.hpp"
 
-#include <wt/cuda_host_staging.hpp>
+#include <wt/services/cuda_host_staging.hpp>
 #include <wt/error.hpp>
-#include <wt/http_server.hpp>
+#include <wt/services/http_server.hpp>
 #include <wt/json_parse.hpp>
-#include <wt/receiver.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/registry.hpp>
-#include <wt/safetensors.hpp>
+#include <wt/services/safetensors.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -2,7 +2,7 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
-#include <wt/sdk_errors_as_host.hpp>
+#include <wt/services/sdk_errors_as_host.hpp>
 
 #ifdef WT_CLI_WITH_CUDA
 #include <wt/sdk/cuda_driver.hpp>

@@ -2,7 +2,7 @@
 
 #include <wt/error.hpp>
 #include <wt/init_info.hpp>
-#include <wt/yaml_json.hpp>
+#include <wt/services/yaml_json.hpp>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>

@@ -4,13 +4,13 @@
 #include "device_source.hpp"
 #include "training_step.hpp"
 
-#include <wt/checksum.hpp>
+#include <wt/services/checksum.hpp>
 #include <wt/delta.hpp>
-#include <wt/fan_out_client.hpp>
-#include <wt/gloo_trainer_group.hpp>
-#include <wt/http_client.hpp>
+#include <wt/services/fan_out_client.hpp>
+#include <wt/services/gloo_trainer_group.hpp>
+#include <wt/services/http_client.hpp>
 #include <wt/registry.hpp>
-#include <wt/safetensors.hpp>
+#include <wt/services/safetensors.hpp>
 #include <wt/wt.hpp>
 
 #include <fmt/format.h>

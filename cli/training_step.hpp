@@ -3,7 +3,7 @@
 #pragma once
 
 #include <wt/delta.hpp>
-#include <wt/safetensors.hpp>
+#include <wt/services/safetensors.hpp>
 
 #include <cstdint>
 #include <vector>

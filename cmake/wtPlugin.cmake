@@ -31,13 +31,16 @@ function(wt_add_plugin backend)
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${_WT_PLUGIN_CMAKE_DIR}/wt_plugin.map)
 endfunction()
 
-# wt_plugin_cuda(<backend> [NCCL])
-# CUDA memory for a plugin when the toolkit's headers are found (cuda.h, cudaTypedefs.h; with NCCL
-# also nccl.h): defines WT_PLUGIN_WITH_CUDA. Nothing CUDA is linked: the driver (and libnccl) are
+# wt_plugin_cuda(<backend> [NCCL] [TARGET <target>])
+# CUDA memory for a plugin (wt_plugin_<backend>, or <target>) when the toolkit's headers are found
+# (cuda.h, cudaTypedefs.h; with NCCL also nccl.h): defines WT_PLUGIN_WITH_CUDA. Nothing CUDA is linked: the driver (and libnccl) are
 # reached at run time (wt/sdk/cuda_driver.hpp), so the plugin loads on machines without them.
 function(wt_plugin_cuda backend)
-  cmake_parse_arguments(ARG "NCCL" "" "" ${ARGN})
+  cmake_parse_arguments(ARG "NCCL" "TARGET" "" ${ARGN})
   set(target wt_plugin_${backend})
+  if(ARG_TARGET)
+    set(target ${ARG_TARGET})
+  endif()
   if(NOT DEFINED WT_HAVE_CUDA)
     find_package(CUDAToolkit 12.0 QUIET)  # docs/cuda.md
     set(WT_HAVE_CUDA ${CUDAToolkit_FOUND})

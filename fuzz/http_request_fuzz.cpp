@@ -1,9 +1,9 @@
 // `wt serve` request handling: the fuzzer's bytes are sent as a raw HTTP request to an in-process
 // server over loopback (write side shut down, so a partial request ends at once), and the answer
 // is read to the end. The server must answer or close, never crash.
-#include <wt/http_server.hpp>
+#include <wt/services/http_server.hpp>
 #include <wt/log.hpp>
-#include <wt/receiver.hpp>
+#include <wt/services/receiver.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

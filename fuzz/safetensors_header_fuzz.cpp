@@ -3,7 +3,7 @@
 #include "fuzz_input.hpp"
 
 #include <wt/error.hpp>
-#include <wt/safetensors.hpp>
+#include <wt/services/safetensors.hpp>
 
 #include <cstdlib>
 

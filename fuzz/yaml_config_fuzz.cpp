@@ -3,7 +3,7 @@
 #include "launch_config.hpp"
 
 #include <wt/error.hpp>
-#include <wt/yaml_json.hpp>
+#include <wt/services/yaml_json.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   wt::fuzz::MemFile file(data, size);

@@ -2,6 +2,9 @@
 // here means a shipped struct changed: append new fields instead, and bump WT_ABI_VERSION.
 #include <wt/wt_plugin.h>
 #include <wt/wt_plugin_v1.h>
+#include <wt/dlpack_ops.hpp>
+
+#include "abi2_sizes.hpp"  // libwt internal (wt::private)
 
 #include <gtest/gtest.h>
 
@@ -201,4 +204,32 @@ TEST(AbiLayout, CapabilityBitsAreStable) {
   EXPECT_EQ(WT_CAP_CUDA_MEMORY, 8ull);
   EXPECT_EQ(WT_CAP_SPARSE, 16ull);
   EXPECT_EQ(WT_CAP_PACKED, 32ull);
+}
+
+// DLPack's types compare with == from code outside namespace wt (a plugin's own namespace, an
+// anonymous one) without a using-declaration: the operators live where DLPack's types do.
+namespace plugin_code {
+bool same_dtype(const DLDataType& a, const DLDataType& b) {
+  return a == b;
+}
+bool same_device(const DLDevice& a, const DLDevice& b) {
+  return a == b && !(a != b);
+}
+}  // namespace plugin_code
+
+TEST(DlpackOperators, AreFoundFromPluginCodeWithoutAUsingDeclaration) {
+  EXPECT_TRUE(plugin_code::same_dtype({kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}));
+  EXPECT_FALSE(plugin_code::same_dtype({kDLBfloat, 16, 1}, {kDLFloat, 16, 1}));
+  EXPECT_FALSE(plugin_code::same_dtype({kDLFloat, 32, 1}, {kDLFloat, 32, 2}));
+  EXPECT_TRUE(plugin_code::same_device({kDLCPU, 0}, {kDLCPU, 0}));
+  EXPECT_FALSE(plugin_code::same_device({kDLCUDA, 0}, {kDLCUDA, 1}));
+}
+
+// The smallest element structs the host accepts from a plugin are ABI 2's, pinned: where ABI 2's
+// last field ends, which a later ABI appending fields does not move.
+TEST(AbiTwoSizes, AreWhereAbiTwosLastFieldsEnd) {
+  EXPECT_EQ(wt::abi2::kTensorSize, 64u);
+  EXPECT_EQ(wt::abi2::kParamMetaSize, 32u);
+  EXPECT_EQ(wt::abi2::kSparsePatchSize, 128u);
+  EXPECT_EQ(wt::abi2::kTensorSize, offsetof(wt_tensor, tensor) + sizeof(DLTensor));
 }

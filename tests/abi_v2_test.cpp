@@ -2,7 +2,7 @@
 // stepped by their own size, short tables are refused naming their slots, the capability bits are
 // enforced before a plugin is called, and the loader's destination and patch paths.
 #include <wt/wt_plugin_v1.h>
-#include <wt/receiver.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 
 #include "support/process.hpp"

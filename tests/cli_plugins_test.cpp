@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <fstream>
+#include <regex>
 
 using ::testing::HasSubstr;
 
@@ -25,12 +27,18 @@ TEST(CliPlugins, ListsTheThreeBackendsWithVersions) {
   auto arr = nlohmann::json::parse(r.output);
   std::map<std::string, nlohmann::json> by;
   for (auto& p : arr) by[p["backend"]] = p;
-  for (const char* b : {"ipc", "nccl", "sparse_nccl"}) {
+  // Each plugin's own version (plugins/<backend>/CMakeLists.txt, CHANGELOG.md).
+  const std::map<std::string, std::string> versions{
+      {"ipc", "0.2.0"}, {"nccl", "0.2.0"}, {"sparse_nccl", "0.2.0"}};
+  for (const auto& [b, v] : versions) {
     ASSERT_TRUE(by.count(b)) << r.output;
     EXPECT_TRUE(by[b]["usable"].get<bool>()) << by[b].dump();
-    EXPECT_EQ(by[b]["plugin_version"], "0.1.0");
+    EXPECT_EQ(by[b]["plugin_version"], v) << b;
     EXPECT_EQ(by[b]["abi_version"], 2);
   }
+  auto text = test::run_process(wt_cmd("env -u WT_PLUGIN_PATH", "plugins"));
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  for (const auto& [b, v] : versions) EXPECT_THAT(text.output, HasSubstr(v)) << text.output;
 }
 
 TEST(CliPlugins, MalformedPluginsOnThePathNeverCrashIt) {
@@ -166,6 +174,25 @@ TEST(CliPlugins, Version) {
   auto r = test::run_process(wt_cmd("", "--version"));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr(std::string("wt ") + kVersion));
+}
+
+// A plugin that starts a daemon (fork, setsid, fork) in every trainer: `wt conformance` names each
+// one in its `leftovers` check, and none of them outlives the run.
+TEST(CliConformance, ADaemonThePluginStartsIsNamedAndEndsWithTheRun) {
+  const std::string plugin = std::string(WT_TEST_BROKEN_DIR) + "/libwt_leaks.so";
+  auto r = test::run_process(std::string(WT_CLI_PATH) + " conformance " + plugin);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::vector<int> pids;
+  const std::regex daemon(R"(process ([0-9]+) \(wt-test-daemon\) still running after)");
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), daemon), end; it != end; ++it)
+    pids.push_back(std::stoi((*it)[1]));
+  ASSERT_FALSE(pids.empty()) << r.output;
+  for (int pid : pids) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    EXPECT_NE(name, "wt-test-daemon") << "pid " << pid << " outlived wt conformance";
+  }
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // wt::FanOutClient: one trainer-side client over several receivers. Each replica gets its own
 // rank_offset; the calls reach all replicas at once (a collective's workers only answer once all
 // have joined); a failure names its replica and keeps its code.
-#include <wt/fan_out_client.hpp>
+#include <wt/services/fan_out_client.hpp>
 
 #include "support/recording_client.hpp"
 

@@ -2,7 +2,7 @@
 // receiver killed at rendezvous, mid-transfer and before finish. The survivors fail within their
 // deadline naming the phase, the receiver keeps its last complete version and never serves a mix
 // as complete, and nothing is left in /dev/shm. (The coordinator's death is in hardening_test.)
-#include <wt/http_client.hpp>
+#include <wt/services/http_client.hpp>
 
 #include "subprocess.hpp"
 #include "support/model.hpp"

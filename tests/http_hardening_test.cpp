@@ -1,8 +1,8 @@
 // wt serve's HTTP control plane against hostile clients: bodies that crash or balloon a JSON
 // parser, clients that send slowly or announce bodies they never send, and token guessing.
 // Each test runs an HttpServer in this process over an ipc Receiver and talks raw HTTP to it.
-#include <wt/http_server.hpp>
-#include <wt/receiver.hpp>
+#include <wt/services/http_server.hpp>
+#include <wt/services/receiver.hpp>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
 // The HTTP control plane. wt serve must accept requests shaped exactly as vLLM's Python client
 // sends them (requests.post(url, json=...) / json=None) and refuse what vLLM refuses; the HTTP
 // client's requests must pass a double that checks vLLM's paths and field names strictly.
-#include <wt/http_client.hpp>
-#include <wt/http_server.hpp>
-#include <wt/receiver.hpp>
+#include <wt/services/http_client.hpp>
+#include <wt/services/http_server.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 
 #include "support/model.hpp"
@@ -12,7 +12,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <atomic>
 
 #include <thread>
@@ -281,9 +285,61 @@ TEST(HttpClient, UnreachableServerIsNamed) {
     c.start_weight_update();
     FAIL();
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("POST http://127.0.0.1:1/start_weight_update failed"));
+    EXPECT_THAT(e.what(), HasSubstr("POST http://127.0.0.1:1/start_weight_update failed: the "
+                                    "receiver at http://127.0.0.1:1 refused the connection"));
   }
   EXPECT_THROW(HttpClient("https://x"), Error);
+}
+
+// A receiver that dies mid-call: a listener that takes the request and closes without answering.
+TEST(HttpClient, AReceiverThatClosesTheConnectionIsReportedAsGoneNotAsADeadline) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  std::thread closer([fd] {
+    int c = ::accept(fd, nullptr, nullptr);
+    char buf[4096];
+    [[maybe_unused]] ssize_t n = ::read(c, buf, sizeof buf);
+    ::close(c);
+  });
+  HttpClient::Options o;
+  o.timeout = std::chrono::seconds(30);
+  HttpClient c(url, o);
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    c.update_weights("{}");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_REMOTE) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("failed: the receiver at " + url + " closed the connection"));
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("Read")));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  closer.join();
+  ::close(fd);
+}
+
+TEST(HttpClient, ASilentReceiverIsReportedWithTheDeadlineInSeconds) {
+  VllmDouble d;
+  d.delay_ms = 1500;
+  HttpClient::Options o;
+  o.timeout = std::chrono::milliseconds(250);
+  HttpClient c(d.url(), o);
+  try {
+    c.start_weight_update();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_TIMEOUT) << e.what();
+    std::string base = d.url();
+    base.pop_back();  // the client strips the trailing slash
+    EXPECT_THAT(e.what(), HasSubstr("the receiver at " + base + " did not answer within 0.25 s"));
+  }
 }
 
 // A server without wt's /end_weight_update route (stock vLLM): the client ends the session the old

@@ -2,7 +2,7 @@
 // with WT_ERR_UNSUPPORTED and a clear reason, never crash; with one, a CUDA trainer process and a
 // `wt serve --device cuda:0` receiver sync byte-exact, and a worker whose GPU UUID is missing
 // from the handles gets an error listing the UUIDs present.
-#include <wt/http_client.hpp>
+#include <wt/services/http_client.hpp>
 #include <wt/wt.hpp>
 
 #include "subprocess.hpp"

@@ -1,7 +1,7 @@
 // The ipc backend across real processes: `wt serve` receives, wt_test_trainer processes send over
 // HTTP. Byte-exact results are checked through the server's checksums; /dev/shm is checked after
 // success, after a SIGKILLed trainer and after a SIGKILLed server.
-#include <wt/http_client.hpp>
+#include <wt/services/http_client.hpp>
 
 #include "subprocess.hpp"
 #include "support/model.hpp"

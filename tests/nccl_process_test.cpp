@@ -3,7 +3,7 @@
 // the trainer's fan-out client. A peer killed with SIGKILL mid-transfer makes every other side fail
 // within the transfer deadline, naming the phase; nothing is left behind, and a fresh trainer_init
 // syncs both receivers again.
-#include <wt/http_client.hpp>
+#include <wt/services/http_client.hpp>
 #ifdef WT_TEST_WITH_CUDA
 #include <wt/sdk/cuda_driver.hpp>
 #endif

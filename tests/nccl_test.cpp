@@ -1,6 +1,6 @@
 // The nccl backend on host memory (Gloo): a trainer and a reference receiver in one process, the
 // receiver's worker joining the group from inside init_weight_transfer_engine as vLLM's does.
-#include <wt/receiver.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 
 #include "packed_chunks.hpp"

@@ -1,7 +1,7 @@
 // The safetensors weight source: zero-copy reads of a generated checkpoint, and header validation
 // whose errors name the file and the tensor.
-#include <wt/checkpoint_gen.hpp>
-#include <wt/safetensors.hpp>
+#include <wt/services/checkpoint_gen.hpp>
+#include <wt/services/safetensors.hpp>
 #include <wt/wt.hpp>
 
 #include "support/shm.hpp"

@@ -2,7 +2,7 @@
 // packed chunk land in place), aligned as asked; a block larger than a reservation gets a mapping
 // of its own; a released block's pages go back to the kernel, and the memory of live blocks stays
 // untouched by it.
-#include "../core/src/staging_arena.hpp"
+#include "staging_arena.hpp"
 
 #include <gtest/gtest.h>
 

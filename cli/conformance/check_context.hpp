@@ -3,6 +3,7 @@
 #pragma once
 
 #include "conformance.hpp"
+#include "process_tree.hpp"
 
 #include <wt/wt_plugin.h>
 #include <wt/registry.hpp>
@@ -30,6 +31,7 @@ template <typename... A>
 }
 
 struct Loopback;
+pid_t loopback_server_pid(const Loopback& lb);  // the `wt serve` the loopback runs its worker in
 
 struct Context {
   const Options& options;
@@ -43,7 +45,13 @@ struct Context {
   nlohmann::json init_fields = nlohmann::json::object();
   std::vector<std::string> filled;
   std::shared_ptr<Loopback> loopback;  // once started
+  // Processes the plugin left behind when a check ended (killed then), for `leftovers`.
+  std::vector<std::pair<std::string, ProcessInfo>> strays;
 };
+
+// Kills whatever the plugin started during a check (anything below this process but the
+// loopback's `wt serve`) and records it in ctx.strays under the check's name.
+void end_check_processes(Context& ctx, const std::string& check);
 
 // Fields the harness fills in when the plugin's parser names them as missing: the loopback knows
 // their values and the author should not have to (see docs/plugin-authoring.md).
@@ -54,8 +62,8 @@ void resolve_init_fields(Context& ctx, int worker_world_size);
 // The init fields for one more trainer: a fresh port where the harness chose it.
 nlohmann::json init_fields_for_trainer(Context& ctx, int worker_world_size);
 
-// The checks of conformance/plugin_checks.cpp (the file, its symbols, its tables and parsers)
-// and conformance/loopback_checks.cpp (a trainer here and a worker in `wt serve`).
+// The checks of conformance/single_process_checks.cpp (the file, its symbols, its tables and
+// parsers) and conformance/loopback_checks.cpp (a trainer here and a worker in `wt serve`).
 void check_file(Context& ctx, std::string& detail);
 void check_exports(Context& ctx, std::string& detail);
 void check_load(Context& ctx, std::string& detail, Reporter& reporter);
@@ -64,11 +72,14 @@ void check_names(Context& ctx, std::string& detail);
 void check_capabilities(Context& ctx, std::string& detail);
 void check_init_info(Context& ctx, std::string& detail);
 void check_unknown_keys(Context& ctx, std::string& detail);
+void check_error_fields(Context& ctx, std::string& detail);
 void check_bad_input(Context& ctx, std::string& detail);
 void check_destroy_null(Context& ctx, std::string& detail);
 void check_loopback(Context& ctx, std::string& detail);
 void check_rejected_update(Context& ctx, std::string& detail);
 void check_abort(Context& ctx, std::string& detail);
+void check_abort_receive(Context& ctx, std::string& detail);
 void check_recovery(Context& ctx, std::string& detail);
+void check_leftovers(Context& ctx, std::string& detail);
 
 }  // namespace wt::cli::conformance

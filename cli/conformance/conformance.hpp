@@ -4,6 +4,8 @@
 // the check it was in instead of taking the tool with it.
 #pragma once
 
+#include <wt/wt_plugin.h>
+
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -11,16 +13,21 @@
 
 namespace wt::cli::conformance {
 
+// A check applies to plugins that negotiated an ABI version in [min_abi, max_abi] with this host:
+// a plugin is judged by the rules of the ABI it speaks (a version-1 plugin is never asked for a
+// slot or an out-parameter that only ABI 2 has).
 struct CheckDef {
   const char* name;
   const char* verifies;
-  int deadline_s;
+  int deadline_s;  // the whole check, from its start; nothing the plugin does extends it
+  uint32_t min_abi = 1;
+  uint32_t max_abi = WT_ABI_VERSION;
 };
 
 // Every check, in the order they run.
 const std::vector<CheckDef>& checks();
 
-enum class Outcome { pass, fail, skip };
+enum class Outcome { pass, fail, skip, not_applicable };
 
 class Reporter {
  public:
@@ -38,6 +45,9 @@ struct Options {
   int rounds = 3;
   std::string wt_program;  // this program, to start `wt serve` for the worker side
   std::string work_dir;    // a fresh directory for the checkpoint and the worker's files
+  // Written into every line the checks send to `wt conformance`: a line without it did not come
+  // from them (a plugin writing into descriptors it does not own) and fails the check it came in.
+  std::string nonce;
 };
 
 // Runs every check in order (a check whose precondition failed is skipped, saying which).

@@ -6,19 +6,21 @@
 #include "../subprocess.hpp"
 #include "../training_step.hpp"
 
-#include <wt/checkpoint_gen.hpp>
-#include <wt/checksum.hpp>
 #include <wt/error.hpp>
-#include <wt/http_client.hpp>
+#include <wt/services/checkpoint_gen.hpp>
+#include <wt/services/checksum.hpp>
+#include <wt/services/http_client.hpp>
 #include <wt/wt.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace wt::cli::conformance {
@@ -44,6 +46,7 @@ class HarnessClient : public Client {
   }
   void start_weight_update() override { http_.start_weight_update(); }
   void update_weights(std::string_view json) override {
+    InFlight mark(*this);
     {
       std::unique_lock<std::mutex> l(mu_);
       if (hold_) {
@@ -88,8 +91,32 @@ class HarnessClient : public Client {
     }
     cv_.notify_all();
   }
+  // update_weights calls in progress, and when the last one began or ended.
+  int updates_in_flight() {
+    std::lock_guard<std::mutex> l(mu_);
+    return in_flight_;
+  }
+  Clock::time_point last_update_change() {
+    std::lock_guard<std::mutex> l(mu_);
+    return changed_;
+  }
 
  private:
+  struct InFlight {
+    HarnessClient& c;
+    explicit InFlight(HarnessClient& h) : c(h) {
+      std::lock_guard<std::mutex> l(c.mu_);
+      ++c.in_flight_;
+      c.changed_ = Clock::now();
+    }
+    ~InFlight() {
+      std::lock_guard<std::mutex> l(c.mu_);
+      --c.in_flight_;
+      c.changed_ = Clock::now();
+    }
+  };
+  int in_flight_ = 0;
+  Clock::time_point changed_ = Clock::now();
   static HttpClient::Options options() {
     HttpClient::Options o;
     o.timeout = std::chrono::seconds(60);
@@ -122,6 +149,64 @@ class TruncatedSource : public WeightSource {
   WeightSource& inner_;
   std::size_t given_ = 0;
 };
+
+// A source that yields its first tensor, then holds the second back until released (or 30 s):
+// a round whose transfer has begun but cannot finish, so the worker's receive waits.
+class HeldSource : public WeightSource {
+ public:
+  explicit HeldSource(WeightSource& inner) : inner_(inner) {}
+  const std::vector<ParamMeta>& metadata() override { return inner_.metadata(); }
+  void begin() override {
+    inner_.begin();
+    given_ = 0;
+  }
+  bool next(wt_tensor& out) override {
+    if (given_ == 1) {
+      std::unique_lock<std::mutex> l(mu_);
+      holding_ = true;
+      cv_.notify_all();
+      cv_.wait_for(l, std::chrono::seconds(30), [&] { return released_; });
+    }
+    ++given_;
+    return inner_.next(out);
+  }
+  void end() override { inner_.end(); }
+  bool holding() {
+    std::lock_guard<std::mutex> l(mu_);
+    return holding_;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  WeightSource& inner_;
+  std::size_t given_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool holding_ = false, released_ = false;
+};
+
+// What a process holds: open descriptors (by number, with what they point at) and threads.
+struct Holdings {
+  std::map<int, std::string> fds;
+  int threads = -1;
+};
+Holdings holdings(pid_t pid) {
+  Holdings h;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& name : list_dir(dir)) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(dir + "/" + name, ec);
+    h.fds[std::atoi(name.c_str())] = ec ? "?" : target.string();
+  }
+  h.threads = threads(pid);
+  return h;
+}
 
 }  // namespace
 
@@ -156,6 +241,14 @@ struct Loopback {
   }
   // Whether the worker's update session is still open (`wt serve`'s /health says).
   bool session_open() { return HttpClient(url).get("/health").value("update_active", true); }
+  // What `leftovers` compares against: taken when the loopback starts (this process, before any
+  // trainer; the directories) and after its first verified round (the worker's process, whose
+  // engine then exists).
+  struct Baseline {
+    Holdings trainer, worker;
+    bool worker_taken = false;
+    std::set<std::string> tmp, shm, cwd;
+  } baseline;
   int worker_world_size = 1;
   bool sparse = false;
   std::unique_ptr<SafetensorsSource> checkpoint;
@@ -239,6 +332,10 @@ struct Loopback {
   }
 };
 
+pid_t loopback_server_pid(const Loopback& lb) {
+  return lb.server ? lb.server->pid() : -1;
+}
+
 namespace {
 
 Loopback& loopback(Context& ctx) {
@@ -282,13 +379,34 @@ void check_loopback(Context& ctx, std::string& detail) {
   }
   lb->worker_world_size = HttpClient(lb->url).get("/get_world_size").value("world_size", 1);
   ctx.loopback = lb;
-  auto t = lb->trainer(ctx);
+  lb->start_draining();
+  // What `leftovers` compares against. The first round runs on a trainer of its own, destroyed
+  // before the baseline is taken again: state a process keeps for its lifetime once it used the
+  // plugin (a liveness file, a lazily made pool) is not a leak; what each engine or round leaves
+  // is. If that round fails, the baseline from before it stands.
+  auto take_baseline = [&] {
+    lb->baseline.trainer = holdings(::getpid());
+    lb->baseline.tmp = list_dir(ctx.options.work_dir + "/tmp");
+    lb->baseline.cwd = list_dir(ctx.options.work_dir + "/cwd");
+    lb->baseline.shm = list_dir("/dev/shm");
+  };
+  take_baseline();
   auto start = Clock::now();
-  for (int r = 0; r < ctx.options.rounds; ++r)
+  {
+    auto first = lb->trainer(ctx);
+    lb->verified_round(*first, "round 1");
+  }
+  take_baseline();
+  lb->baseline.worker = holdings(lb->server->pid());
+  lb->baseline.worker_taken = true;
+  auto t = lb->trainer(ctx);
+  for (int r = 1; r < ctx.options.rounds; ++r)
     lb->verified_round(*t, fmt::format("round {}", r + 1));
-  detail = fmt::format("{} rounds of {} tensors ({} bytes{}) verified on the worker in {}",
-                       ctx.options.rounds, lb->checkpoint->size(), lb->checkpoint->total_bytes(),
-                       lb->sparse ? ", sent as 1% patches" : "", seconds(Clock::now() - start));
+  detail = fmt::format(
+      "{} rounds of {} tensors ({} bytes{}) verified on the worker in {} (the "
+      "first on a trainer of its own)",
+      ctx.options.rounds, lb->checkpoint->size(), lb->checkpoint->total_bytes(),
+      lb->sparse ? ", sent as 1% patches" : "", seconds(Clock::now() - start));
 }
 
 void check_rejected_update(Context& ctx, std::string& detail) {
@@ -417,6 +535,165 @@ void check_recovery(Context& ctx, std::string& detail) {
   lb.verified_round(*t, "the next round");
   detail = fmt::format("a fresh trainer_init synced 2 more rounds, verified, in {}",
                        seconds(Clock::now() - start));
+}
+
+void check_abort_receive(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
+  if (lb.sparse) {
+    detail =
+        "a delta round's patches are all in the send_weights call: its receive never waits "
+        "on a trainer held back here";
+    return;
+  }
+  // The trainer's round is started with a source that holds its second tensor back: a backend
+  // that streams has its update call (the worker's receive) outstanding and waiting for bytes.
+  struct Round {
+    std::unique_ptr<Loopback::Trainer> trainer;
+    std::unique_ptr<HeldSource> source;
+    std::promise<std::pair<wt_status, std::string>> done;
+  };
+  auto round = std::make_shared<Round>();
+  round->source = std::make_unique<HeldSource>(*lb.checkpoint);
+  round->trainer = lb.trainer(ctx, round->source.get());
+  auto result = round->done.get_future();
+  std::thread([round]() {
+    SendOptions o;
+    o.weight_version = "conformance-abort-receive";
+    try {
+      round->trainer->engine->send_weights(o);
+      round->done.set_value({WT_OK, ""});
+    } catch (const Error& e) {
+      round->done.set_value({e.code(), e.what()});
+    }
+  }).detach();
+  HarnessClient& client = *round->trainer->client;
+  auto finish_round = [&] {
+    round->source->release();
+    round->trainer->engine->abort();
+    if (result.wait_for(kAbortDeadline) != std::future_status::ready) {
+      lb.poisoned = true;
+      return;
+    }
+    round->trainer.reset();
+    HttpClient(lb.url).end_weight_update(
+        "wt conformance: the abort-receive check ended this round");
+  };
+  // Wait until the receive has been outstanding for a while with the source held back, or until
+  // it is clear the backend makes its update call only once the data is all there.
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  bool blocked = false;
+  while (Clock::now() < give_up) {
+    if (result.wait_for(std::chrono::milliseconds(50)) == std::future_status::ready) break;
+    if (client.updates_in_flight() > 0 &&
+        Clock::now() - client.last_update_change() > std::chrono::milliseconds(500)) {
+      blocked = true;
+      break;
+    }
+  }
+  if (!blocked) {
+    const bool held = round->source->holding();
+    finish_round();
+    if (!held) fail("the round ended before its source was held back");
+    detail =
+        "the backend calls update_weights only once its data is produced: its receive never "
+        "waits on the trainer (nothing to abort)";
+    return;
+  }
+  // The inference side aborts the round: wt serve's /end_weight_update calls the worker's
+  // abort() while its receive is blocked.
+  const auto t0 = Clock::now();
+  std::thread ender([url = lb.url] {
+    try {
+      HttpClient(url).end_weight_update("wt conformance: aborting a blocked receive");
+    } catch (...) {
+    }
+  });
+  bool returned = false;
+  while (Clock::now() - t0 < kAbortDeadline) {
+    if (client.updates_in_flight() == 0) {
+      returned = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto took = Clock::now() - t0;
+  ender.join();
+  finish_round();
+  if (!returned)
+    fail(
+        "the worker's receive was still blocked {} s after the inference side aborted it "
+        "(worker abort() from another thread must end every wait of receive)",
+        kAbortDeadline.count());
+  if (!lb.verified.empty())
+    if (auto d = lb.differences(lb.verified); !d.empty()) fail("after the aborted receive, {}", d);
+  detail = fmt::format("the worker's blocked receive returned {} after its abort(){}",
+                       seconds(took), lb.verified.empty() ? "" : "; its weights are unchanged");
+}
+
+void check_leftovers(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
+  std::vector<std::string> found;
+  for (const auto& [check, p] : ctx.strays)
+    found.push_back(
+        fmt::format("process {} ({}) still running after '{}' (killed)", p.pid, p.command, check));
+  for (const auto& p : descendants(lb.server->pid()))
+    found.push_back(
+        fmt::format("process {} ({}) started by the worker side, still running", p.pid, p.command));
+  // Descriptors and threads settle as engines finish tearing down: a few seconds' grace.
+  auto compare = [&](const Holdings& before, pid_t pid, const std::string& side) {
+    Holdings now;
+    for (int i = 0; i < 30; ++i) {
+      now = holdings(pid);
+      if (now.fds.size() <= before.fds.size() && now.threads <= before.threads) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (now.fds.size() > before.fds.size()) {
+      std::vector<std::string> extra;
+      for (const auto& [fd, target] : now.fds) {
+        auto it = before.fds.find(fd);
+        if (target != "?" && (it == before.fds.end() || it->second != target))
+          extra.push_back(fmt::format("{} -> {}", fd, target));
+      }
+      if (extra.size() > 4) extra.resize(4);
+      found.push_back(
+          fmt::format("the {} holds {} more open descriptor(s) than before the rounds "
+                      "({} then, {} now: {})",
+                      side, now.fds.size() - before.fds.size(), before.fds.size(), now.fds.size(),
+                      fmt::join(extra, ", ")));
+    }
+    if (now.threads > before.threads)
+      found.push_back(
+          fmt::format("the {} runs {} more thread(s) than before the rounds ({} then, "
+                      "{} now)",
+                      side, now.threads - before.threads, before.threads, now.threads));
+  };
+  compare(lb.baseline.trainer, ::getpid(), "trainer side (this process, every engine destroyed)");
+  if (lb.baseline.worker_taken)
+    compare(lb.baseline.worker, lb.server->pid(), "worker side (wt serve, after the same rounds)");
+  // Files: the private temp and working directories this process and wt serve were given, and
+  // /dev/shm, where a new name that no process holds open or mapped is a leftover.
+  auto new_files = [&](const std::set<std::string>& before, const std::string& dir, bool shared) {
+    for (const auto& name : list_dir(dir)) {
+      if (before.count(name) != 0) continue;
+      const std::string path = dir + "/" + name;
+      if (shared && in_use(path)) continue;
+      found.push_back(fmt::format("{} was created during the rounds and left behind", path));
+    }
+  };
+  new_files(lb.baseline.tmp, ctx.options.work_dir + "/tmp", false);
+  new_files(lb.baseline.cwd, ctx.options.work_dir + "/cwd", false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // another program's brief files
+  new_files(lb.baseline.shm, "/dev/shm", true);
+  if (!found.empty()) {
+    if (found.size() > 6) found.resize(6);
+    fail("{}", fmt::join(found, "; "));
+  }
+  detail = fmt::format(
+      "no process, file (temp dir, working dir, /dev/shm), descriptor or thread left on either "
+      "side{}",
+      lb.baseline.worker_taken ? "" : " (the worker side's baseline was not taken: no round)");
 }
 
 }  // namespace wt::cli::conformance

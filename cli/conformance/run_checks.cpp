@@ -16,19 +16,28 @@ const std::vector<CheckDef>& checks() {
       {"names", "backend matches the file name; plugin_version is a version", 10},
       {"capabilities", "capability bits known, coherent and matching its tables", 10},
       {"init-info", "canonical JSON round trip, buffer sizing, rank", 20},
-      {"unknown-keys", "an unknown key is refused, naming it as the field", 10},
+      {"unknown-keys", "an unknown key is refused with a message", 10},
+      {"error-fields", "parse_json names the field of an unknown key or a wrong type", 10, 2},
       {"bad-input", "malformed, mistyped, deeply nested input refused with a message", 20},
       {"destroy-null", "destroy(NULL) is a no-op in every table", 10},
       {"loopback", "rounds from its trainer to its worker in another process, bytes verified", 180},
       {"rejected-update", "a refused round leaves the worker's weights as they were", 120},
       {"abort", "abort() from another thread ends a blocked send_weights promptly", 90},
+      {"abort-receive", "a worker aborted while its receive is blocked returns within 5 s", 60},
       {"recovery", "after the failures, a fresh trainer_init syncs again, verified", 120},
+      {"leftovers", "no file, descriptor, thread or process left behind by the rounds", 30},
   };
   return kChecks;
 }
 
+void end_check_processes(Context& ctx, const std::string& check) {
+  std::set<pid_t> keep;
+  if (ctx.loopback) keep.insert(loopback_server_pid(*ctx.loopback));
+  for (auto& p : kill_descendants(::getpid(), keep)) ctx.strays.emplace_back(check, p);
+}
+
 void run_checks(const Options& options, Reporter& reporter) {
-  Context ctx{options, {}, {}, nullptr, nullptr, 0, nlohmann::json::object(), {}, nullptr};
+  Context ctx{options, {}, {}, nullptr, nullptr, 0, nlohmann::json::object(), {}, nullptr, {}};
   using Fn = std::function<void(Context&, std::string&)>;
   const std::map<std::string, Fn> run{
       {"file", check_file},
@@ -39,12 +48,15 @@ void run_checks(const Options& options, Reporter& reporter) {
       {"capabilities", check_capabilities},
       {"init-info", check_init_info},
       {"unknown-keys", check_unknown_keys},
+      {"error-fields", check_error_fields},
       {"bad-input", check_bad_input},
       {"destroy-null", check_destroy_null},
       {"loopback", check_loopback},
       {"rejected-update", check_rejected_update},
       {"abort", check_abort},
+      {"abort-receive", check_abort_receive},
       {"recovery", check_recovery},
+      {"leftovers", check_leftovers},
   };
   bool init_ok = false;
   for (const auto& def : checks()) {
@@ -55,10 +67,21 @@ void run_checks(const Options& options, Reporter& reporter) {
     try {
       const bool after_load = name != "file" && name != "exports" && name != "load";
       if (after_load && !ctx.plugin) throw Skipped("the plugin did not load");
-      if ((name == "unknown-keys" || name == "bad-input" || name == "loopback") && !init_ok)
-        throw Skipped("needs an init info the plugin accepts (see init-info)");
-      run.at(name)(ctx, detail);
-      if (name == "init-info") init_ok = true;
+      if (after_load && (ctx.abi < def.min_abi || ctx.abi > def.max_abi)) {
+        outcome = Outcome::not_applicable;
+        detail =
+            def.min_abi == def.max_abi
+                ? fmt::format("applies to ABI {}; this plugin speaks ABI {}", def.min_abi, ctx.abi)
+                : fmt::format("applies to ABI {} to {}; this plugin speaks ABI {}", def.min_abi,
+                              def.max_abi, ctx.abi);
+      } else {
+        if ((name == "unknown-keys" || name == "error-fields" || name == "bad-input" ||
+             name == "loopback") &&
+            !init_ok)
+          throw Skipped("needs an init info the plugin accepts (see init-info)");
+        run.at(name)(ctx, detail);
+        if (name == "init-info") init_ok = true;
+      }
     } catch (const Skipped& e) {
       outcome = Outcome::skip;
       detail = e.what();
@@ -69,6 +92,8 @@ void run_checks(const Options& options, Reporter& reporter) {
       outcome = Outcome::fail;
       detail = e.what();
     }
+    // Whatever the plugin started during the check ends with it (`leftovers` reports it).
+    end_check_processes(ctx, name);
     reporter.end(name, outcome, detail);
   }
 }

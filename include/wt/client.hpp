@@ -3,6 +3,8 @@
 // until all are done, and throw wt::Error on failure. Every call may come from any thread.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 
 #include <optional>

@@ -6,6 +6,8 @@
 //   engine->send_weights({.patches = {d.patch()}});
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 
 #include <cstdint>

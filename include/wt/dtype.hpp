@@ -2,7 +2,10 @@
 // and in safetensors headers ("BF16", "F32", ...). Header-only: used by libwt and by plugins.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <dlpack/dlpack.h>
+#include <wt/dlpack_ops.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -25,9 +28,6 @@ inline constexpr DtypeName kDtypeNames[] = {
     {{kDLUInt, 8, 1}, "uint8", "U8"},
 };
 
-inline bool operator==(const DLDataType& a, const DLDataType& b) {
-  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
-}
 
 inline std::optional<DLDataType> dtype_from_torch_name(std::string_view name) {
   for (const auto& d : kDtypeNames)

@@ -12,6 +12,8 @@
 // WT_ERR_INCOMPATIBLE, naming the capability.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 #include <wt/client.hpp>
 #include <wt/init_info.hpp>

@@ -1,6 +1,8 @@
 // The exception libwt throws: a stable status code (wt_status) plus a sentence a user can act on.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 
 #include <stdexcept>

@@ -5,6 +5,8 @@
 // the plugin is loaded, and the fields parsed, on first use (trainer_init, rank(), to_json()).
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>

@@ -7,6 +7,8 @@
 // have a few values per tensor, so both limits below are far from anything legitimate.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <cstddef>

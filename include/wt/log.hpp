@@ -2,6 +2,8 @@
 // Plugin messages arrive through the wt_host_api log callback and go to the logger "wt.<backend>".
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <spdlog/logger.h>
 
 #include <memory>

@@ -19,6 +19,8 @@
 // returns) is survived only by scan_isolated(), which probes each file in a child process.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 
 #include <chrono>

@@ -1,6 +1,8 @@
 // Plain C++ descriptions of parameters, shared by libwt and the plugin SDK.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <dlpack/dlpack.h>
 
 #include <cstdint>

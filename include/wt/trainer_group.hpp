@@ -2,6 +2,8 @@
 // backend uses it to merge per-rank handles at the sender and to keep ranks in step.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 
 #include <chrono>

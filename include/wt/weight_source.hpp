@@ -3,6 +3,8 @@
 // by next() must stay valid until end().
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 #include <wt/tensor.hpp>
 

@@ -1,6 +1,8 @@
 // Everything a trainer or an inference server needs from libwt.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 #include <wt/client.hpp>
 #include <wt/dtype.hpp>

@@ -20,7 +20,8 @@
  * through the table it returns. Deploying a plugin is copying that one file into a directory on
  * the plugin search path (WT_PLUGIN_PATH, a config's plugin_dirs, or <libdir>/wt/plugins).
  * `wt conformance libwt_<backend>.so` checks a plugin against everything this header says, and
- * docs/plugin-authoring.md walks through writing one (examples/file_backend is a complete one).
+ * plugin-authoring.md (installed with the docs, <prefix>/share/doc/wt) walks through writing one;
+ * <prefix>/share/doc/wt/examples/file_backend is a complete one.
  *
  * ------------------------------------------------------------------------------------------------
  * Version negotiation (both ways)

@@ -1,9 +1,10 @@
 // One control-plane call on a side thread, so the trainer can pack the next buffer while the
-// workers load the previous one. Waiting honours abort(); a failed round never joins the thread
+// workers load the previous one. Waiting ends at once on abort (an sdk::AbortSignal); a failed round never joins the thread
 // (it may still be blocked in the RPC): the owner parks it and joins it when the engine is
 // destroyed, bounded by the client's own deadline.
 #pragma once
 
+#include <wt/sdk/abortable_wait.hpp>
 #include <wt/sdk/errors.hpp>
 
 #include <atomic>
@@ -19,18 +20,24 @@ namespace wt::plugins {
 
 class AsyncRpc {
  public:
-  explicit AsyncRpc(std::function<void()> call) : state_(std::make_shared<State>()) {
-    thread_ = std::thread([st = state_, call = std::move(call)] {
+  // `wake`: the engine's abort signal, notified when the call ends so that wait() returns at once
+  // (the signal outlives the thread: engines destroy their parked calls before their signal).
+  explicit AsyncRpc(std::function<void()> call, sdk::AbortSignal* wake = nullptr)
+      : state_(std::make_shared<State>()) {
+    thread_ = std::thread([st = state_, call = std::move(call), wake] {
       std::exception_ptr err;
       try {
         call();
       } catch (...) {
         err = std::current_exception();
       }
-      std::lock_guard<std::mutex> l(st->mu);
-      st->error = err;
-      st->done = true;
-      st->cv.notify_all();
+      {
+        std::lock_guard<std::mutex> l(st->mu);
+        st->error = err;
+        st->done = true;
+        st->cv.notify_all();
+      }
+      if (wake != nullptr) wake->notify();
     });
   }
   ~AsyncRpc() {
@@ -43,13 +50,12 @@ class AsyncRpc {
     std::lock_guard<std::mutex> l(state_->mu);
     return state_->done;
   }
-  // Returns when the call finished (rethrowing its error) or throws WT_ERR_ABORTED.
-  void wait(const std::atomic<bool>& aborted) {
-    std::unique_lock<std::mutex> l(state_->mu);
-    while (!state_->done) {
-      if (aborted.load()) sdk::fail(WT_ERR_ABORTED, "aborted while waiting for update_weights");
-      state_->cv.wait_for(l, std::chrono::milliseconds(20));
-    }
+  // Returns when the call finished (rethrowing its error) or throws WT_ERR_ABORTED as soon as
+  // `aborted` is. No deadline of its own: the client's call has one (HttpClient's timeout).
+  void wait(sdk::AbortSignal& aborted) {
+    aborted.wait_until([this] { return done(); }, sdk::Deadline::after(std::chrono::hours(24 * 365)),
+                       "update_weights");
+    std::lock_guard<std::mutex> l(state_->mu);
     if (state_->error) std::rethrow_exception(state_->error);
   }
 

@@ -11,7 +11,7 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
                                                  const WorkerInitInfo& worker_init_info,
                                                  CommunicatorFactory make,
                                                  std::vector<std::unique_ptr<AsyncRpc>>& parked,
-                                                 const std::atomic<bool>& aborted) {
+                                                 sdk::AbortSignal& aborted) {
   CommunicatorOptions o;
   o.master_address = domain.rendezvous.master_address;
   o.master_port = static_cast<int>(domain.rendezvous.master_port);
@@ -30,9 +30,11 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
     };
   }
   // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
-  auto rpc = std::make_unique<AsyncRpc>([client, text = worker_init_info(unique_id).dump()] {
-    client.init_weight_transfer_engine(text);
-  });
+  auto rpc = std::make_unique<AsyncRpc>(
+      [client, text = worker_init_info(unique_id).dump()] {
+        client.init_weight_transfer_engine(text);
+      },
+      &aborted);
   std::unique_ptr<Communicator> comm;
   try {
     comm = make(o);

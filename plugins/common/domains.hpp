@@ -42,7 +42,7 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
                                                  const WorkerInitInfo& worker_init_info,
                                                  CommunicatorFactory make,
                                                  std::vector<std::unique_ptr<AsyncRpc>>& parked,
-                                                 const std::atomic<bool>& aborted);
+                                                 sdk::AbortSignal& aborted);
 
 struct WorkerInit {
   CommunicatorOptions options;  // rank = rank_offset: one worker per receiver

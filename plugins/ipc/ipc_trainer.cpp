@@ -110,7 +110,7 @@ uint64_t IpcTrainer::align_up(uint64_t offset) const {
 }
 
 void IpcTrainer::check_not_aborted() const {
-  if (aborted_) fail(WT_ERR_ABORTED, "the ipc trainer engine was aborted");
+  if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the ipc trainer engine was aborted");
 }
 
 void IpcTrainer::send_weights(const sdk::SendArgs& args) {
@@ -273,7 +273,8 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
     auto update = describe(params);
     update["ipc_handles"] = merged;
     in_flight_.push_back(
-        std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
+        std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); },
+                                   &aborted_));
   }
   ++sent_;
   sync_one();
@@ -370,7 +371,8 @@ void IpcTrainer::flush(Chunk& chunk, std::size_t index) {
     update["tensor_sizes"] = chunk.sizes;
     update["ipc_handles"] = merged.at(0);
     in_flight_.push_back(
-        std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); }));
+        std::make_unique<AsyncRpc>([this, text = update.dump()] { client_.update_weights(text); },
+                                   &aborted_));
   }
   ++sent_;
 }

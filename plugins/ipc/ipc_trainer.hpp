@@ -25,7 +25,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   IpcTrainer(const sdk::TrainerContext& context, const IpcInitInfo& info);
   ~IpcTrainer() override;
   void send_weights(const sdk::SendArgs& args) override;
-  void abort() override { aborted_ = true; }
+  void abort() override { aborted_.abort(); }
 
  private:
   // One packed buffer: host shared memory or a CUDA allocation.
@@ -69,7 +69,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   sdk::GroupRef group_;
   bool sender_;
   unsigned copy_threads_;
-  std::atomic<bool> aborted_{false};
+  sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
   void* stream_ = nullptr;            // this round's producer stream (null: synchronise the device)
   std::map<int, std::string> uuids_;  // by CUDA device index
 

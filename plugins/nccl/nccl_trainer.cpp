@@ -1,6 +1,6 @@
 #include "nccl_trainer.hpp"
 
-#include "../common/broadcast_pipeline.hpp"
+#include "broadcast_pipeline.hpp"
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
 #include "packed_chunks.hpp"
@@ -68,13 +68,13 @@ NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo&
 NcclTrainer::~NcclTrainer() = default;
 
 void NcclTrainer::abort() {
-  aborted_ = true;
+  aborted_.abort();
   std::lock_guard<std::mutex> l(group_mu_);
   if (group_) group_->abort();
 }
 
 void NcclTrainer::send_weights(const sdk::SendArgs& args) {
-  if (aborted_) fail(WT_ERR_ABORTED, "the nccl trainer engine was aborted");
+  if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the nccl trainer engine was aborted");
   if (!args.patches.empty())
     fail(WT_ERR_INVALID_ARGUMENT, "nccl is a full-resync backend: send_weights takes no patches");
   const auto meta = source_.metadata();
@@ -90,7 +90,7 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
   collective_started_ = false;
   client_.start_weight_update();
   auto rpc = std::make_unique<plugins::AsyncRpc>(
-      [this, text = update_text_.text_for(meta)] { client_.update_weights(text); });
+      [this, text = update_text_.text_for(meta)] { client_.update_weights(text); }, &aborted_);
   try {
     // A refusal that already arrived fails the round before broadcasting to a peer that will
     // never come (reference §5.4, step 4).
@@ -162,7 +162,7 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
   wt_tensor t{};
   std::size_t i = 0;
   for (; pass.next(&t); ++i) {
-    if (aborted_) fail(WT_ERR_ABORTED, "the nccl trainer engine was aborted");
+    if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the nccl trainer engine was aborted");
     if (i >= meta.size())
       fail(WT_ERR_INVALID_ARGUMENT,
            "WeightSource yielded more parameters than metadata() declared ({}); first extra is "

@@ -48,7 +48,7 @@ class NcclTrainer final : public sdk::TrainerBase {
   bool sender_;
   std::mutex group_mu_;  // group_ is reset on the sending thread and aborted from any
   std::unique_ptr<plugins::Communicator> group_;
-  std::atomic<bool> aborted_{false};
+  sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
   bool collective_started_ = false;  // this round broadcast something
   // RPC threads of failed rounds: never joined on the error path (a worker may still be blocked
   // in the matching collective); joined when the engine goes, bounded by the client's deadline.

@@ -1,6 +1,6 @@
 #include "nccl_worker.hpp"
 
-#include "../common/broadcast_pipeline.hpp"
+#include "broadcast_pipeline.hpp"
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
 #include "packed_chunks.hpp"

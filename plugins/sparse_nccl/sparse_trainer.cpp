@@ -41,13 +41,13 @@ SparseTrainer::SparseTrainer(const sdk::TrainerContext& context, const SparseIni
 SparseTrainer::~SparseTrainer() = default;
 
 void SparseTrainer::abort() {
-  aborted_ = true;
+  aborted_.abort();
   std::lock_guard<std::mutex> l(group_mu_);
   if (group_) group_->abort();
 }
 
 void SparseTrainer::send_weights(const sdk::SendArgs& args) {
-  if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
+  if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
   if (!sender_ || args.patches.empty()) return;  // nothing at all: no RPC, no collective
   // CUDA patches: the producer's kernels are done before the check reads them (and before the
   // broadcasts do). A round that turns out to mix memories is refused by the check.
@@ -77,7 +77,7 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
   client_.start_weight_update();
   bool started = false;
   auto rpc = std::make_unique<plugins::AsyncRpc>(
-      [this, text = update.dump()] { client_.update_weights(text); });
+      [this, text = update.dump()] { client_.update_weights(text); }, &aborted_);
   try {
     if (rpc->done()) rpc->wait(aborted_);  // a refusal that already arrived: no collective
     if (round.packed) {
@@ -87,7 +87,7 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
           "broadcast of the round's " + std::to_string(patches.size()) + " patches (packed)");
     } else {
       for (const auto& p : patches) {  // vLLM's wire: per patch, indices then values
-        if (aborted_) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
+        if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
         const auto n = static_cast<std::size_t>(p.count);
         started = true;
         group_->broadcast(const_cast<void*>(p.indices), 4 * n, {kDLInt, 32, 1}, 0,

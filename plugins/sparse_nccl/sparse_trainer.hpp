@@ -40,7 +40,7 @@ class SparseTrainer final : public sdk::TrainerBase {
   bool sender_;
   std::mutex group_mu_;
   std::unique_ptr<plugins::Communicator> group_;
-  std::atomic<bool> aborted_{false};
+  sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
   std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;
   bool pack_host_rounds_;
   PackedRound packed_;  // a host round, packed and checked (patch_rules.hpp)

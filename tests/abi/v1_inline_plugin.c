@@ -9,6 +9,11 @@
  */
 #include "wt_plugin_v1_frozen.h"
 
+/* The backend it declares (the file is libwt_<V1_BACKEND>.so). */
+#ifndef V1_BACKEND
+#define V1_BACKEND "v1inline"
+#endif
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +45,20 @@ static const char* skip_ws(const char* p) {
   while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
   return p;
 }
+/* WT_V1_PLAIN_MESSAGES: messages as many version-1 plugins wrote them, naming the key without
+ * the "field '...'" form the host's adapter recognises (ABI 1 has no field out-parameter, so
+ * nothing obliged them to). Such a plugin is still a valid version-1 plugin. */
+#ifdef WT_V1_PLAIN_MESSAGES
+#define FIELD_OPEN "key "
+#define FIELD_CLOSE ""
+#else
+#define FIELD_OPEN "field '"
+#define FIELD_CLOSE "'"
+#endif
 static wt_status refuse(char* err, size_t err_cap, const char* what, const char* key) {
   char msg[256];
-  snprintf(msg, sizeof msg, "invalid init_info for backend 'v1inline': %s%s%s", what,
-           key != NULL ? key : "", key != NULL ? "'" : "");
+  snprintf(msg, sizeof msg, "invalid init_info for backend '" V1_BACKEND "': %s%s%s", what,
+           key != NULL ? key : "", key != NULL ? FIELD_CLOSE : "");
   put(err, err_cap, msg);
   return WT_ERR_INVALID_ARGUMENT;
 }
@@ -70,19 +85,19 @@ static wt_status parse_json(const wt_host_api* host, const char* json, wt_init_i
     if (*p != ':') return refuse(err, err_cap, "not a flat JSON object", NULL);
     p = skip_ws(p + 1);
     if (strcmp(key, "backend") == 0) {
-      if (strncmp(p, "\"v1inline\"", 10) != 0)
-        return refuse(err, err_cap, "expected \"v1inline\" in field '", "backend");
-      p += 10;
+      if (strncmp(p, "\"" V1_BACKEND "\"", strlen(V1_BACKEND) + 2) != 0)
+        return refuse(err, err_cap, "expected \"" V1_BACKEND "\" in " FIELD_OPEN, "backend");
+      p += strlen(V1_BACKEND) + 2;
     } else if (strcmp(key, "rank") == 0) {
       char* end;
       if (*p < '0' || *p > '9')
-        return refuse(err, err_cap, "expected a non-negative integer in field '", "rank");
+        return refuse(err, err_cap, "expected a non-negative integer in " FIELD_OPEN, "rank");
       r = strtoll(p, &end, 10);
       if (r < 0 || r > 1000000 || *end == '.' || *end == 'e' || *end == 'E')
-        return refuse(err, err_cap, "expected a non-negative integer in field '", "rank");
+        return refuse(err, err_cap, "expected a non-negative integer in " FIELD_OPEN, "rank");
       p = end;
     } else {
-      return refuse(err, err_cap, "unknown field '", key);
+      return refuse(err, err_cap, "unknown " FIELD_OPEN, key);
     }
     p = skip_ws(p);
     if (*p == ',') {
@@ -333,7 +348,7 @@ static const wt_worker_vtable kWorker = {sizeof(wt_worker_vtable),
                                          worker_destroy};
 static const wt_plugin_api kApi = {sizeof(wt_plugin_api),
                                    1,
-                                   "v1inline",
+                                   V1_BACKEND,
                                    "1.0.0",
                                    WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY,
                                    &kInitInfo,

@@ -4,10 +4,10 @@
 // or the update fails naming it) or held up (--slow-copy-ms: the first copy waits that long,
 // "copy started" printed, so a test can act while a load is in progress; --hold-stream-ms: each
 // copy runs that long after it was queued, as a consumer's asynchronous copies do).
-#include <wt/cuda_host_staging.hpp>
+#include <wt/services/cuda_host_staging.hpp>
 #include <wt/error.hpp>
-#include <wt/http_server.hpp>
-#include <wt/receiver.hpp>
+#include <wt/services/http_server.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/sdk/cuda_driver.hpp>
 
 #include <fmt/format.h>

@@ -2,9 +2,9 @@
 // model (support/model.hpp) to a receiver over HTTP for a number of rounds, perturbing it between
 // rounds, optionally as one rank of a multi-process trainer group, optionally from CUDA memory or
 // from a /dev/shm file.
-#include <wt/fan_out_client.hpp>
-#include <wt/gloo_trainer_group.hpp>
-#include <wt/http_client.hpp>
+#include <wt/services/fan_out_client.hpp>
+#include <wt/services/gloo_trainer_group.hpp>
+#include <wt/services/http_client.hpp>
 #include <wt/wt.hpp>
 
 #include "support/model.hpp"

@@ -13,6 +13,12 @@
 //                             16 bytes larger: arrays it passes step by that size, and the
 //                             wt_tensor it hands next() has room for it (and a canary after)
 //   WT_TEST_SHORT_WORKER      its worker table's struct_size ends before receive
+// Variants that break one check of `wt conformance` each:
+//   WT_TEST_FORGES            to_json writes fake verdict lines into every pipe descriptor
+//   WT_TEST_LEAKS             trainer create leaks a descriptor, a file in $TMPDIR and a daemon
+//                             (fork, setsid, fork) that sleeps forever
+//   WT_TEST_DEAF_ABORT        send_weights calls update_weights({"deaf": true}) before reading
+//                             its source, and the worker's receive of it ignores abort for 8 s
 // Its worker understands {"inline": [{"name", "values": [floats]}], "in_place": bool,
 // "patch": {"name", "indices", "values", "full_shape"}}: tensors it loads (or writes into
 // destinations), and a patch it hands to load_patches.
@@ -57,6 +63,21 @@ const wt::test_plugin::Variant& wt::test_plugin::variant() {
                          false,
 #endif
 #ifdef WT_TEST_WIDE_ELEMENTS
+                         true,
+#else
+                         false,
+#endif
+#ifdef WT_TEST_FORGES
+                         true,
+#else
+                         false,
+#endif
+#ifdef WT_TEST_LEAKS
+                         true,
+#else
+                         false,
+#endif
+#ifdef WT_TEST_DEAF_ABORT
                          true};
 #else
                          false};

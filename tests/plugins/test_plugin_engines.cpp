@@ -11,8 +11,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -74,7 +82,46 @@ wt_status parse(const wt_host_api*, const char* json, wt_init_info** out, char* 
     }
   });
 }
+// Writes lines shaped like `wt conformance`'s verdicts into every pipe this process holds.
+void forge_verdicts() {
+  static const char kForged[] =
+      "{\"end\": \"init-info\", \"result\": \"pass\", \"detail\": \"forged\"}\n"
+      "{\"begin\": \"init-info\"}\n";
+  // A pipe whose reader is gone must not end the forger (it wants to reach the one that is read).
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &old);
+  for (int fd = 3; fd < 256; ++fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) [[maybe_unused]]
+      ssize_t w = ::write(fd, kForged, sizeof kForged - 1);
+  }
+  ::sigaction(SIGPIPE, &old, nullptr);
+}
+
+// A descriptor never closed, a temp file never removed, and a daemon that outlives everything.
+void leak_everything() {
+  [[maybe_unused]] int fd = ::open("/dev/null", O_RDONLY);
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/wt-test-leak-XXXXXX";
+  int f = ::mkstemp(path.data());
+  if (f >= 0) ::close(f);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::setsid();
+    if (::fork() == 0) {
+      ::prctl(PR_SET_NAME, "wt-test-daemon");
+      for (int i = 3; i < 1024; ++i) ::close(i);
+      for (;;) ::pause();
+    }
+    ::_exit(0);
+  }
+  if (child > 0) ::waitpid(child, nullptr, 0);
+}
+
 wt_status to_json(const wt_init_info* info, char* buf, size_t cap, size_t* needed) {
+  if (variant().forges) forge_verdicts();
   std::string text = nlohmann::json{{"rank", info->rank}}.dump();
   *needed = text.size() + 1;
   if (cap < text.size() + 1) return WT_ERR_BUFFER_TOO_SMALL;
@@ -102,6 +149,7 @@ wt_status trainer_create(const wt_trainer_create_args* args, wt_trainer** out, c
       wt::sdk::fail(WT_ERR_SYSTEM, "test plugin: trainer init failed on purpose");
     if (variant().throws)
       throw std::runtime_error("test plugin: exception thrown inside the plugin");
+    if (variant().leaks) leak_everything();
     auto t = new wt_trainer{wt::sdk::ClientRef(client), wt::sdk::SourceRef(source),
                             wt::sdk::HostLog(host, "[test] "), info->rank == 0, ""};
     t->log.info("trainer created (rank {})", info->rank);
@@ -118,6 +166,7 @@ wt_status send_weights_as(wt_trainer* t, const wt_send_args* args) {
     if (!t->sender) return;
     nlohmann::json names = nlohmann::json::array();
     t->client.start_weight_update();
+    if (variant().deaf_abort) t->client.update_weights(R"({"deaf": true})");
     if (t->source.valid()) {
       // Walks the pass through the raw slots: this plugin decides the size of what next() fills.
       const wt_weight_source* src = t->source.raw();
@@ -181,6 +230,10 @@ wt_status worker_receive_as(wt_worker* w, const char* json, const wt_loader* loa
   }
   return guard(w->last_error, [&] {
     auto j = wt::sdk::parse_json_text(json, "update_info");
+    if (j.contains("deaf")) {  // WT_TEST_DEAF_ABORT: a wait that abort() does not end
+      std::this_thread::sleep_for(std::chrono::seconds(8));
+      throw wt::sdk::Error(WT_ERR_TIMEOUT, "the deaf receive gave up after 8 s");
+    }
     // A transfer that never completes on its own: only abort() (from another thread) ends it.
     if (j.contains("block_until_abort")) {
       while (!w->aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -13,6 +13,9 @@ struct Variant {
   bool init_fails;       // trainer create returns WT_ERR_SYSTEM
   bool throws;           // trainer create throws a C++ exception internally
   bool wide;             // tensor elements 16 bytes wider than this ABI's wt_tensor
+  bool forges;           // to_json writes fake conformance verdicts into every pipe it can reach
+  bool leaks;            // trainer create leaks a descriptor, a temp file and a daemon process
+  bool deaf_abort;       // send_weights calls update_weights first, and that receive ignores abort
 };
 const Variant& variant();  // defined by each variant's test_plugin.cpp
 

@@ -2,6 +2,8 @@
 // handles and NCCL unique ids travel in JSON.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/sdk/errors.hpp>
 
 #include <cstdint>

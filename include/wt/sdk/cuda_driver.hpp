@@ -11,6 +11,8 @@
 // driver, a driver too old, no device), WT_ERR_DEVICE for a failed call.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/sdk/errors.hpp>
 
 #include <cuda.h>

@@ -1,6 +1,8 @@
 // Plugin-side error handling: throw wt::sdk::Error inside, return a wt_status at the boundary.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 
 #include <fmt/format.h>

@@ -1,6 +1,8 @@
 // Plugin logging through the host's callback (wt_host_api.log); plugins own no logger.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 
 #include <fmt/format.h>

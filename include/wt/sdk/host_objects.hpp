@@ -3,6 +3,8 @@
 // reason. Arrays of growable structs are stepped by their struct_size (rule 2 of wt_plugin.h).
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 #include <wt/sdk/errors.hpp>
 #include <wt/tensor.hpp>

@@ -3,6 +3,8 @@
 // update_info payloads are parsed.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/json_parse.hpp>
 #include <wt/sdk/errors.hpp>
 

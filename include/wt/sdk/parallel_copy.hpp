@@ -7,6 +7,8 @@
 // instead of killing the process (<wt/sdk/sigbus_guard.hpp>).
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/sdk/sigbus_guard.hpp>
 
 #include <algorithm>

@@ -3,6 +3,8 @@
 // receiver and the sparse backends share it.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>

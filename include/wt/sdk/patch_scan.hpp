@@ -5,6 +5,8 @@
 // Header-only: libwt's receiver and the sparse backends use the same code.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <dlpack/dlpack.h>
 
 #include <cstddef>

@@ -10,6 +10,9 @@
 // status code and the message the host reads.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+#include <wt/dlpack_ops.hpp>
+
 #include <wt/wt_plugin.h>
 #include <wt/sdk/errors.hpp>
 #include <wt/sdk/host_log.hpp>

@@ -3,6 +3,8 @@
 // version-2 ones and call the same PluginTables. Included by <wt/sdk/plugin.hpp>.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/wt_plugin.h>
 #include <wt/wt_plugin_v1.h>
 

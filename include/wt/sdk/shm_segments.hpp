@@ -30,6 +30,8 @@
 // created, named and swept alike. `wt launch` calls sweep_orphaned_segments() when its run ends.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>

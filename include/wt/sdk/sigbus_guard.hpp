@@ -18,6 +18,8 @@
 // not install it.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/syscall.h>

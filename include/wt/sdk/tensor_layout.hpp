@@ -2,6 +2,8 @@
 // bytes. Header-only: libwt's checksums and the plugins' packing use the same code.
 #pragma once
 
+#include <wt/requires_cxx20.hpp>
+
 #include <wt/dtype.hpp>
 
 #include <dlpack/dlpack.h>
