@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The out-of-tree example backend, as its author would ship it: install wt into a prefix, build
-# examples/file_backend against that prefix alone, deploy the .so by copying it into a plugin
+# the example as installed there (share/doc/wt/examples/file_backend) against that prefix alone, deploy the .so by copying it into a plugin
 # directory, then, with the installed wt and nothing rebuilt: `wt plugins` lists it,
 # `wt conformance` passes, and `wt launch` syncs through it into a separately started
 # `wt serve`, every round verified.
@@ -12,7 +12,11 @@ mkdir -p "$work/plugins" "$work/shared"
 chmod 0755 "$work/plugins"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
-cmake -S "$src/examples/file_backend" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+# From the installed copy of the example, as a user without the source tree has it.
+example=$prefix/share/doc/wt/examples/file_backend
+[[ -f $example/CMakeLists.txt ]] || { echo "the example is not installed in $example"; exit 1; }
+cp -r "$example" "$work/source"
+cmake -S "$work/source" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/build" >/dev/null
 cp "$work/build/libwt_file.so" "$work/plugins/"
 wt=$prefix/bin/wt

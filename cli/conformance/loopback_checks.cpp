@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -674,11 +675,19 @@ void check_leftovers(Context& ctx, std::string& detail) {
     compare(lb.baseline.worker, lb.server->pid(), "worker side (wt serve, after the same rounds)");
   // Files: the private temp and working directories this process and wt serve were given, and
   // /dev/shm, where a new name that no process holds open or mapped is a leftover.
+  // In /dev/shm, a wt name says who made it (wt-<pid>-...): another live program's is not ours.
+  std::set<pid_t> ours{::getpid(), lb.server->pid()};
+  for (const auto& p : descendants(::getpid())) ours.insert(p.pid);
+  auto another_programs = [&](const std::string& name) {
+    if (name.rfind("wt-", 0) != 0) return false;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + 3));
+    return pid > 0 && ours.count(pid) == 0 && ::kill(pid, 0) == 0;
+  };
   auto new_files = [&](const std::set<std::string>& before, const std::string& dir, bool shared) {
     for (const auto& name : list_dir(dir)) {
       if (before.count(name) != 0) continue;
       const std::string path = dir + "/" + name;
-      if (shared && in_use(path)) continue;
+      if (shared && (another_programs(name) || in_use(path))) continue;
       found.push_back(fmt::format("{} was created during the rounds and left behind", path));
     }
   };

@@ -133,7 +133,11 @@ bool in_use(const std::string& path) {
          it.increment(ec)) {
       std::error_code rl;
       auto target = fs::read_symlink(it->path(), rl);
-      if (!rl && (target == path || target.string() == path + " (deleted)")) return true;
+      // A file opened under another name and then linked to this one (wt's liveness files are
+      // made as <name>.new) shows the name it was opened under.
+      if (!rl && (target == path || target.string() == path + " (deleted)" ||
+                  target.string() == path + ".new (deleted)"))
+        return true;
     }
     std::ifstream maps(base + "/maps");
     for (std::string line; std::getline(maps, line);)

@@ -32,3 +32,16 @@ fi
 grep -q "wt's C++ headers need C++20" "$work/cxx17.log" ||
   { head -20 "$work/cxx17.log"; echo "the C++17 compile failed without saying why"; exit 1; }
 echo "a C++17 compile of <wt/wt.hpp> is refused: $(grep -o "wt's C++ headers need C++20[^\"]*" "$work/cxx17.log" | head -1)"
+
+# What the installed docs tell a user to use is in the prefix: the example configs, the docs, and
+# an authoring guide that cites installed paths, not the source tree.
+for c in quickstart ipc_in_place ipc_two_ranks nccl_host nccl_cuda sparse_delta vllm_http; do
+  [[ -f $prefix/share/wt/configs/$c.yaml ]] || { echo "share/wt/configs/$c.yaml is not installed"; exit 1; }
+done
+for d in README.md CHANGELOG.md plugin-authoring.md abi-policy.md config.md; do
+  [[ -f $prefix/share/doc/wt/$d ]] || { echo "share/doc/wt/$d is not installed"; exit 1; }
+done
+if grep -nE '(^|[ `(])(tests/|cmake/wt_plugin\.map|include/wt/)' "$prefix/share/doc/wt/plugin-authoring.md"; then
+  echo "plugin-authoring.md points a user at the source tree"; exit 1
+fi
+echo "configs and docs are installed; plugin-authoring.md cites installed paths only"
