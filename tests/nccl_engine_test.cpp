@@ -345,6 +345,76 @@ TEST(NcclTrainerSpy, ABlockedRpcIsNeverWaitedForWhenTheSourceFails) {
   }
 }
 
+// A broadcast that waits for a peer that never takes part, until abort() (as Gloo waits for a
+// receiver that died without closing its pairs).
+class StalledCommunicator : public plugins::Communicator {
+ public:
+  void broadcast(void*, std::size_t, DLDataType, int, const std::string& what) override {
+    std::unique_lock<std::mutex> l(mu_);
+    in_broadcast_ = true;
+    cv_.notify_all();
+    cv_.wait_for(l, std::chrono::seconds(30), [&] { return aborted_; });
+    throw sdk::Error(aborted_ ? WT_ERR_ABORTED : WT_ERR_TIMEOUT,
+                     fmt::format("{}: {}", what, aborted_ ? "aborted" : "a peer did not take part"));
+  }
+  void abort() override {
+    std::lock_guard<std::mutex> l(mu_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
+  bool broken() const override { return aborted_; }
+  bool wait_in_broadcast() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(10), [&] { return in_broadcast_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool in_broadcast_ = false, aborted_ = false;
+};
+
+// The receiver fails its update call while the broadcast waits on it (it refused the update, or
+// died and its connection closed): the round bracket stops the broadcast at once, and the round
+// reports the receiver's error, not the transfer's time-out.
+TEST(NcclTrainerSpy, AReceiverFailingItsUpdateMidBroadcastIsReportedAtOnce) {
+  for (bool packed : {false, true}) {
+    struct Failing : test::RecordingClient {
+      StalledCommunicator* comm = nullptr;
+      void update_weights(std::string_view) override {
+        comm->wait_in_broadcast();
+        throw Error(WT_ERR_REMOTE,
+                    "POST http://127.0.0.1:9/update_weights failed: the receiver at "
+                    "http://127.0.0.1:9 closed the connection after 0.1 s without an answer");
+      }
+      void end_weight_update(std::string_view reason) override { ended = std::string(reason); }
+      std::string ended;
+    } client;
+    ScriptedSource s;
+    s.add("a", {kDLFloat, 32, 1}, {2}, 1);
+    s.add("b", {kDLFloat, 32, 1}, {2}, 2);
+    s.declared = {s.metadata_of(0), s.metadata_of(1)};
+    StalledCommunicator* stalled = nullptr;
+    auto factory = [&](const plugins::CommunicatorOptions&) {
+      auto c = std::make_unique<StalledCommunicator>();
+      stalled = c.get();
+      client.comm = stalled;
+      return std::unique_ptr<plugins::Communicator>(std::move(c));
+    };
+    nccl::NcclTrainer trainer(context(client, &s), info(0, packed, 4), factory);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      trainer.send_weights({});
+      FAIL() << "packed " << packed;
+    } catch (const sdk::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("the receiver at http://127.0.0.1:9 closed the connection"))
+          << "packed " << packed;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "packed " << packed;
+    EXPECT_THAT(client.ended, HasSubstr("closed the connection")) << "the round is ended there";
+  }
+}
+
 sdk::WorkerContext worker_context() {
   sdk::WorkerContext c;
   return c;

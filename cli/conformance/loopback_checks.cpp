@@ -41,7 +41,9 @@ constexpr double kChangedFraction = 0.01;
 // release(), after the abort check has seen whether the plugin's own abort() ended the round.
 class HarnessClient : public Client {
  public:
-  explicit HarnessClient(const std::string& url) : http_(url, options()) {}
+  explicit HarnessClient(const std::string& url,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(60))
+      : http_(url, options(timeout)) {}
   void init_weight_transfer_engine(std::string_view json) override {
     http_.init_weight_transfer_engine(json);
   }
@@ -118,9 +120,9 @@ class HarnessClient : public Client {
   };
   int in_flight_ = 0;
   Clock::time_point changed_ = Clock::now();
-  static HttpClient::Options options() {
+  static HttpClient::Options options(std::chrono::milliseconds timeout) {
     HttpClient::Options o;
-    o.timeout = std::chrono::seconds(60);
+    o.timeout = timeout;
     return o;
   }
   HttpClient http_;
@@ -250,6 +252,7 @@ struct Loopback {
     bool worker_taken = false;
     std::set<std::string> tmp, shm, cwd;
   } baseline;
+  std::vector<std::string> server_args;  // how `wt serve` was started, for a second worker
   int worker_world_size = 1;
   bool sparse = false;
   std::unique_ptr<SafetensorsSource> checkpoint;
@@ -265,9 +268,12 @@ struct Loopback {
   };
 
   // `source`: what a dense trainer sends (default: the checkpoint).
-  std::unique_ptr<Trainer> trainer(Context& ctx, WeightSource* source = nullptr) {
+  // `to`: another worker's URL (default: the loopback's), reached with `timeout`.
+  std::unique_ptr<Trainer> trainer(Context& ctx, WeightSource* source = nullptr,
+                                   const std::string& to = "",
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
     auto t = std::make_unique<Trainer>();
-    t->client = std::make_unique<HarnessClient>(url);
+    t->client = std::make_unique<HarnessClient>(to.empty() ? url : to, timeout);
     auto fields = init_fields_for_trainer(ctx, worker_world_size);
     try {
       t->engine =
@@ -373,6 +379,7 @@ void check_loopback(Context& ctx, std::string& detail) {
     args.insert(args.end(), {"--load-checkpoint", model});
     lb->previous = snapshot(*lb->checkpoint);
   }
+  lb->server_args = args;
   try {
     std::tie(lb->server, lb->url) = start_server(ctx.options.wt_program, args);
   } catch (const std::exception& e) {
@@ -630,6 +637,102 @@ void check_abort_receive(Context& ctx, std::string& detail) {
     if (auto d = lb.differences(lb.verified); !d.empty()) fail("after the aborted receive, {}", d);
   detail = fmt::format("the worker's blocked receive returned {} after its abort(){}",
                        seconds(took), lb.verified.empty() ? "" : "; its weights are unchanged");
+}
+
+void check_peer_killed(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
+  // A worker of its own in a second `wt serve`, killed with SIGKILL while its round is under way;
+  // the trainer is given kPeerDeadline for its calls and must fail within it, naming the worker.
+  constexpr auto kPeerDeadline = std::chrono::seconds(10);
+  std::unique_ptr<Child> server;
+  std::string url;
+  try {
+    std::tie(server, url) = start_server(ctx.options.wt_program, lb.server_args);
+  } catch (const std::exception& e) {
+    fail("a second worker (wt serve --plugin {}) did not start: {}", ctx.options.path, e.what());
+  }
+  struct Round {
+    std::unique_ptr<Loopback::Trainer> trainer;
+    std::unique_ptr<HeldSource> source;
+    std::vector<Delta> deltas;
+    SendOptions options;
+    std::promise<std::pair<wt_status, std::string>> done;
+  };
+  auto round = std::make_shared<Round>();
+  auto before = lb.previous;
+  if (lb.sparse) {
+    round->trainer = lb.trainer(ctx, nullptr, url, kPeerDeadline);
+    round->options = lb.next_round(round->deltas);  // patches: nothing to hold back
+  } else {
+    round->source = std::make_unique<HeldSource>(*lb.checkpoint);
+    round->trainer = lb.trainer(ctx, round->source.get(), url, kPeerDeadline);
+    round->options.weight_version = "conformance-peer-killed";
+  }
+  lb.previous = std::move(before);  // the loopback's worker saw none of this
+  auto result = round->done.get_future();
+  auto send = [round] {
+    try {
+      round->trainer->engine->send_weights(round->options);
+      round->done.set_value({WT_OK, ""});
+    } catch (const Error& e) {
+      round->done.set_value({e.code(), e.what()});
+    }
+  };
+  std::thread(send).detach();
+  HarnessClient& client = *round->trainer->client;
+  // Mid-round: the update call outstanding, or the source held back, for a moment.
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  auto under_way_since = Clock::time_point::max();
+  bool ended_first = false;
+  while (Clock::now() < give_up) {
+    if (result.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) {
+      ended_first = true;
+      break;
+    }
+    const bool under_way =
+        client.updates_in_flight() > 0 || (round->source && round->source->holding());
+    if (!under_way) continue;
+    if (under_way_since == Clock::time_point::max()) under_way_since = Clock::now();
+    if (Clock::now() - under_way_since > std::chrono::milliseconds(300)) break;
+  }
+  server->drain();
+  const pid_t pid = server->pid();
+  const auto t0 = Clock::now();
+  server->kill(SIGKILL);
+  server->wait();
+  std::string what = "mid-round";
+  if (ended_first) {
+    // The round was over before it could be caught under way (a small delta round): the next one
+    // meets a worker that is gone.
+    auto [code, message] = result.get();
+    if (code != WT_OK) fail("the round before the kill failed: {}", message);
+    what = "between rounds";
+    round->done = {};
+    result = round->done.get_future();
+    std::thread(send).detach();
+  }
+  if (round->source) round->source->release();
+  if (result.wait_for(kPeerDeadline + std::chrono::seconds(5)) != std::future_status::ready) {
+    lb.poisoned = true;  // its thread may still read the checkpoint
+    fail("send_weights was still blocked {} s after its worker (wt serve at {}, pid {}) was "
+         "killed {}: a trainer must fail within the deadline it was given ({} s for its calls)",
+         std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t0).count(), url, pid,
+         what, kPeerDeadline.count());
+  }
+  const auto took = Clock::now() - t0;
+  auto [code, message] = result.get();
+  if (code == WT_OK)
+    fail("send_weights returned WT_OK although its worker (wt serve at {}) was killed {}", url,
+         what);
+  const std::string hostport = url.substr(url.find("//") + 2);
+  if (message.find(hostport) == std::string::npos)
+    fail("send_weights failed {} after its worker was killed {}, but its error does not name the "
+         "worker ({}): {}",
+         seconds(took), what, url, message);
+  round->trainer.reset();
+  detail = fmt::format("killed {}, the trainer failed {} later ({}), naming {}", what,
+                       seconds(took), status_name(code), url);
 }
 
 void check_leftovers(Context& ctx, std::string& detail) {

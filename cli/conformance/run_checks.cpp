@@ -24,6 +24,7 @@ const std::vector<CheckDef>& checks() {
       {"rejected-update", "a refused round leaves the worker's weights as they were", 120},
       {"abort", "abort() from another thread ends a blocked send_weights promptly", 90},
       {"abort-receive", "a worker aborted while its receive is blocked returns within 5 s", 60},
+      {"peer-killed", "a trainer whose worker is SIGKILLed mid-round fails in time, naming it", 60},
       {"recovery", "after the failures, a fresh trainer_init syncs again, verified", 120},
       {"leftovers", "no file, descriptor, thread or process left behind by the rounds", 30},
   };
@@ -55,6 +56,7 @@ void run_checks(const Options& options, Reporter& reporter) {
       {"rejected-update", check_rejected_update},
       {"abort", check_abort},
       {"abort-receive", check_abort_receive},
+      {"peer-killed", check_peer_killed},
       {"recovery", check_recovery},
       {"leftovers", check_leftovers},
   };

@@ -22,14 +22,23 @@ class AsyncRpc {
  public:
   // `wake`: the engine's abort signal, notified when the call ends so that wait() returns at once
   // (the signal outlives the thread: engines destroy their parked calls before their signal).
-  explicit AsyncRpc(std::function<void()> call, sdk::AbortSignal* wake = nullptr)
+  // `on_error`: called on the call's thread when it fails, before waiters are woken (the round
+  // bracket stops a transfer with it).
+  explicit AsyncRpc(std::function<void()> call, sdk::AbortSignal* wake = nullptr,
+                    std::function<void()> on_error = {})
       : state_(std::make_shared<State>()) {
-    thread_ = std::thread([st = state_, call = std::move(call), wake] {
+    thread_ = std::thread([st = state_, call = std::move(call), wake, on_error] {
       std::exception_ptr err;
       try {
         call();
       } catch (...) {
         err = std::current_exception();
+      }
+      if (err && on_error) {
+        try {
+          on_error();
+        } catch (...) {
+        }
       }
       {
         std::lock_guard<std::mutex> l(st->mu);
@@ -49,6 +58,16 @@ class AsyncRpc {
   bool done() const {
     std::lock_guard<std::mutex> l(state_->mu);
     return state_->done;
+  }
+  // Whether the call ends within `d`.
+  bool finished_within(std::chrono::milliseconds d) const {
+    std::unique_lock<std::mutex> l(state_->mu);
+    return state_->cv.wait_for(l, d, [&] { return state_->done; });
+  }
+  // The call's error, once it ended (null if it succeeded or has not ended).
+  std::exception_ptr error() const {
+    std::lock_guard<std::mutex> l(state_->mu);
+    return state_->error;
   }
   // Returns when the call finished (rethrowing its error) or throws WT_ERR_ABORTED as soon as
   // `aborted` is. No deadline of its own: the client's call has one (HttpClient's timeout).

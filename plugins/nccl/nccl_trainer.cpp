@@ -87,31 +87,25 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
   }
   if (group_ == nullptr || group_->broken())
     fail(WT_ERR_STATE, "the nccl group broke in an earlier round; create the trainer engine again");
-  collective_started_ = false;
-  client_.start_weight_update();
-  auto rpc = std::make_unique<plugins::AsyncRpc>(
-      [this, text = update_text_.text_for(meta)] { client_.update_weights(text); }, &aborted_);
-  try {
-    // A refusal that already arrived fails the round before broadcasting to a peer that will
-    // never come (reference §5.4, step 4).
-    if (rpc->done()) rpc->wait(aborted_);
-    // CUDA: the producer's kernels are done before NCCL reads (its stream, or the whole device).
-    if (cuda_device_ >= 0) plugins::wait_stream(cuda_device_, args.stream);
-    broadcast_round(pass, meta);
-    rpc->wait(aborted_);
-  } catch (...) {
-    parked_.push_back(std::move(rpc));  // never joined here: it may be blocked for good
-    // Once a collective began, the peers' collectives no longer line up: the group is done.
-    if (collective_started_) {
-      std::lock_guard<std::mutex> l(group_mu_);
-      group_.reset();
-    }
-    // The round began on the inference side (start): end it there, so it drops what arrived and
-    // keeps its weights, and the next start is accepted (wt_plugin.h, send_weights).
-    client_.end_weight_update(sdk::message_of(std::current_exception()));
-    throw;
-  }
-  client_.finish_weight_update(args.weight_version);
+  plugins::RoundBracket bracket(client_, aborted_, parked_, [this] {
+    std::lock_guard<std::mutex> l(group_mu_);
+    if (group_) group_->abort();
+  });
+  bracket.run(
+      update_text_.text_for(meta),
+      [&](plugins::RoundBracket::Round& round) {
+        // CUDA: the producer's kernels are done before NCCL reads (its stream, or the device).
+        if (cuda_device_ >= 0) plugins::wait_stream(cuda_device_, args.stream);
+        broadcast_round(pass, meta, round);
+      },
+      [&](bool collective_started) {
+        // Once a collective began, the peers' collectives no longer line up: the group is done.
+        if (collective_started) {
+          std::lock_guard<std::mutex> l(group_mu_);
+          group_.reset();
+        }
+      },
+      args.weight_version);
 }
 
 unsigned char* NcclTrainer::packed_buffer(std::size_t slot, uint64_t bytes) {
@@ -133,7 +127,8 @@ void NcclTrainer::copy_in(unsigned char* dst, const unsigned char* src, std::siz
     plugins::copy_async(cuda_device_, dst, src, n, group_->stream());
 }
 
-void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<ParamMeta>& meta) {
+void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<ParamMeta>& meta,
+                                  plugins::RoundBracket::Round& round) {
   std::vector<uint64_t> sizes;
   for (const auto& p : meta) {
     uint64_t n = 0;
@@ -179,7 +174,7 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
       copy_to_contiguous(contiguous_.data(), t.tensor, sizes[i]);
       src = contiguous_.data();
     }
-    collective_started_ = true;
+    round.before_collective();
     if (!info_.packed) {
       group_->broadcast(const_cast<unsigned char*>(src), sizes[i], meta[i].dtype, 0,
                         "broadcast of '" + meta[i].name + "'");

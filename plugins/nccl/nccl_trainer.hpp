@@ -12,6 +12,7 @@
 #include "../common/communicator.hpp"
 #include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
+#include "../common/round_bracket.hpp"
 #include "nccl_init_info.hpp"
 
 #include <wt/sdk/plugin.hpp>
@@ -35,7 +36,8 @@ class NcclTrainer final : public sdk::TrainerBase {
   void abort() override;
 
  private:
-  void broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<ParamMeta>& meta);
+  void broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<ParamMeta>& meta,
+                       plugins::RoundBracket::Round& round);
   // Where packed chunk buffer `slot` lives (host vector or CUDA memory), grown to `bytes`.
   unsigned char* packed_buffer(std::size_t slot, uint64_t bytes);
   void copy_in(unsigned char* dst, const unsigned char* src, std::size_t n);
@@ -49,7 +51,6 @@ class NcclTrainer final : public sdk::TrainerBase {
   std::mutex group_mu_;  // group_ is reset on the sending thread and aborted from any
   std::unique_ptr<plugins::Communicator> group_;
   sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
-  bool collective_started_ = false;  // this round broadcast something
   // RPC threads of failed rounds: never joined on the error path (a worker may still be blocked
   // in the matching collective); joined when the engine goes, bounded by the client's deadline.
   std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;

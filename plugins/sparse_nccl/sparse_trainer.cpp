@@ -74,41 +74,38 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
     update["shapes"].push_back(p.full_shape);
     update["num_updates_list"].push_back(p.count);
   }
-  client_.start_weight_update();
-  bool started = false;
-  auto rpc = std::make_unique<plugins::AsyncRpc>(
-      [this, text = update.dump()] { client_.update_weights(text); }, &aborted_);
-  try {
-    if (rpc->done()) rpc->wait(aborted_);  // a refusal that already arrived: no collective
-    if (round.packed) {
-      started = true;
-      group_->broadcast(
-          packed_.data(), packed_.layout().bytes, {kDLUInt, 8, 1}, 0,
-          "broadcast of the round's " + std::to_string(patches.size()) + " patches (packed)");
-    } else {
-      for (const auto& p : patches) {  // vLLM's wire: per patch, indices then values
-        if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
-        const auto n = static_cast<std::size_t>(p.count);
-        started = true;
-        group_->broadcast(const_cast<void*>(p.indices), 4 * n, {kDLInt, 32, 1}, 0,
-                          "broadcast of the indices of '" + p.name + "'");
-        group_->broadcast(const_cast<void*>(p.values), element_size(p.dtype) * n, p.dtype, 0,
-                          "broadcast of the values of '" + p.name + "'");
-      }
-    }
-    rpc->wait(aborted_);
-  } catch (...) {
-    parked_.push_back(std::move(rpc));
-    if (started) {
-      std::lock_guard<std::mutex> l(group_mu_);
-      group_.reset();
-    }
-    // The round began on the inference side (start): end it there, so it drops what arrived and
-    // keeps its weights, and the next start is accepted (wt_plugin.h, send_weights).
-    client_.end_weight_update(sdk::message_of(std::current_exception()));
-    throw;
-  }
-  client_.finish_weight_update(args.weight_version);
+  plugins::RoundBracket bracket(client_, aborted_, parked_, [this] {
+    std::lock_guard<std::mutex> l(group_mu_);
+    if (group_) group_->abort();
+  });
+  bracket.run(
+      update.dump(),
+      [&](plugins::RoundBracket::Round& r) {
+        if (round.packed) {
+          r.before_collective();
+          group_->broadcast(
+              packed_.data(), packed_.layout().bytes, {kDLUInt, 8, 1}, 0,
+              "broadcast of the round's " + std::to_string(patches.size()) + " patches (packed)");
+          return;
+        }
+        for (const auto& p : patches) {  // vLLM's wire: per patch, indices then values
+          if (aborted_.aborted())
+            fail(WT_ERR_ABORTED, "the sparse_nccl trainer engine was aborted");
+          const auto n = static_cast<std::size_t>(p.count);
+          r.before_collective();
+          group_->broadcast(const_cast<void*>(p.indices), 4 * n, {kDLInt, 32, 1}, 0,
+                            "broadcast of the indices of '" + p.name + "'");
+          group_->broadcast(const_cast<void*>(p.values), element_size(p.dtype) * n, p.dtype, 0,
+                            "broadcast of the values of '" + p.name + "'");
+        }
+      },
+      [&](bool collective_started) {
+        if (collective_started) {
+          std::lock_guard<std::mutex> l(group_mu_);
+          group_.reset();
+        }
+      },
+      args.weight_version);
   // The broadcasts are done with the patches' memory (each waited for its stream): the caller may
   // free or rebuild them now.
 }

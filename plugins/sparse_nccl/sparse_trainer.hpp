@@ -9,6 +9,7 @@
 #pragma once
 
 #include "../common/async_rpc.hpp"
+#include "../common/round_bracket.hpp"
 #include "../common/communicator.hpp"
 #include "packed_round.hpp"
 #include "sparse_init_info.hpp"

@@ -19,6 +19,8 @@
 //                             (fork, setsid, fork) that sleeps forever
 //   WT_TEST_DEAF_ABORT        send_weights calls update_weights({"deaf": true}) before reading
 //                             its source, and the worker's receive of it ignores abort for 8 s
+//   WT_TEST_RETRIES           send_weights retries a failed update_weights for 60 s (a trainer
+//                             that never gives up on a dead worker)
 // Its worker understands {"inline": [{"name", "values": [floats]}], "in_place": bool,
 // "patch": {"name", "indices", "values", "full_shape"}}: tensors it loads (or writes into
 // destinations), and a patch it hands to load_patches.
@@ -78,6 +80,11 @@ const wt::test_plugin::Variant& wt::test_plugin::variant() {
                          false,
 #endif
 #ifdef WT_TEST_DEAF_ABORT
+                         true,
+#else
+                         false,
+#endif
+#ifdef WT_TEST_RETRIES
                          true};
 #else
                          false};

@@ -195,7 +195,21 @@ wt_status send_weights_as(wt_trainer* t, const wt_send_args* args) {
       }
       src->end(src->ctx);
     }
-    t->client.update_weights(nlohmann::json{{"names", names}}.dump());
+    const std::string update = nlohmann::json{{"names", names}}.dump();
+    if (variant().retries) {  // WT_TEST_RETRIES: hides a dead worker behind a minute of retries
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      for (;;) {
+        try {
+          t->client.update_weights(update);
+          break;
+        } catch (const wt::sdk::Error&) {
+          if (std::chrono::steady_clock::now() > until) throw;
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      }
+    } else {
+      t->client.update_weights(update);
+    }
     t->client.finish_weight_update(args ? args->weight_version : nullptr);
   });
 }

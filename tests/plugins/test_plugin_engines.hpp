@@ -16,6 +16,7 @@ struct Variant {
   bool forges;           // to_json writes fake conformance verdicts into every pipe it can reach
   bool leaks;            // trainer create leaks a descriptor, a temp file and a daemon process
   bool deaf_abort;       // send_weights calls update_weights first, and that receive ignores abort
+  bool retries;          // send_weights retries a failed update_weights for 60 s
 };
 const Variant& variant();  // defined by each variant's test_plugin.cpp
 

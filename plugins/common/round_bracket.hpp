@@ -1,0 +1,116 @@
+// The sender's round, shared by nccl and sparse_nccl: start on the inference side, the update RPC
+// on a side thread (the workers receive inside it), the transfer, finish. While the transfer runs
+// the RPC is watched: when it fails (the receiver refused the update, or died and its connection
+// closed) the transfer is stopped at once, and the RPC's error, which names the receiver, is what
+// the round reports, not what the transfer then says about a peer that left. A failed round ends
+// the update on the inference side, so it keeps its weights and accepts the next start.
+//
+//   RoundBracket round(client_, aborted_, parked_, [this] { abort_group(); });
+//   round.run(update_text, [&](RoundBracket::Round& r) {
+//     ...; r.before_collective(); group_->broadcast(...); ...
+//   }, [&](bool collective_started) { if (collective_started) group_.reset(); }, version);
+#pragma once
+
+#include "async_rpc.hpp"
+
+#include <wt/sdk/abortable_wait.hpp>
+#include <wt/sdk/errors.hpp>
+#include <wt/sdk/host_objects.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace wt::plugins {
+
+class RoundBracket {
+ public:
+  // `abort_transfer` stops a collective in progress from another thread (the communicator's
+  // abort); it is called only once a collective of this round began.
+  RoundBracket(sdk::ClientRef& client, sdk::AbortSignal& aborted,
+               std::vector<std::unique_ptr<AsyncRpc>>& parked, std::function<void()> abort_transfer)
+      : client_(client), aborted_(aborted), parked_(parked), abort_(std::move(abort_transfer)) {}
+
+  // What the transfer sees of the round.
+  class Round {
+   public:
+    // Called right before each collective: marks the round as begun on the wire, and stops it
+    // (throwing the RPC's error) when the RPC already failed.
+    void before_collective() {
+      watch_->started = true;
+      if (watch_->failed.load()) rpc_->wait(aborted_);  // rethrows the RPC's error
+    }
+    bool started() const { return watch_->started.load(); }
+
+   private:
+    friend class RoundBracket;
+    struct Watch {
+      std::mutex mu;  // held while the watcher may abort; `armed` is cleared under it
+      bool armed = true;
+      std::atomic<bool> started{false}, failed{false};
+    };
+    Round(std::shared_ptr<Watch> w, AsyncRpc* rpc, sdk::AbortSignal& aborted)
+        : watch_(std::move(w)), rpc_(rpc), aborted_(aborted) {}
+    std::shared_ptr<Watch> watch_;
+    AsyncRpc* rpc_;
+    sdk::AbortSignal& aborted_;
+  };
+
+  // One round: `transfer(Round&)` does the collectives, `on_failure(collective_started)` drops
+  // what a failed round broke (the group, once a collective began). Throws the round's error.
+  template <typename Transfer, typename OnFailure>
+  void run(const std::string& update_text, Transfer&& transfer, OnFailure&& on_failure,
+           const char* weight_version) {
+    client_.start_weight_update();
+    auto watch = std::make_shared<Round::Watch>();
+    // Dekker-style with before_collective(): the watcher sets `failed` then looks at `started`,
+    // the transfer sets `started` then looks at `failed`, so one of them always sees the other.
+    auto on_error = [watch, abort = abort_] {
+      watch->failed = true;
+      std::lock_guard<std::mutex> l(watch->mu);
+      if (watch->armed && watch->started.load()) abort();
+    };
+    auto rpc = std::make_unique<AsyncRpc>(
+        [this, text = update_text] { client_.update_weights(text); }, &aborted_, on_error);
+    Round round(watch, rpc.get(), aborted_);
+    try {
+      // A refusal that already arrived fails the round before any collective (reference §5.4).
+      if (rpc->done()) rpc->wait(aborted_);
+      transfer(round);
+      rpc->wait(aborted_);
+    } catch (...) {
+      std::exception_ptr error = std::current_exception();
+      // A transfer that broke because its receiver refused or died: the RPC says which, and
+      // says it within moments (a closed connection, an HTTP error).
+      if (!aborted_.aborted() && rpc->finished_within(std::chrono::milliseconds(500)) &&
+          rpc->error())
+        error = rpc->error();
+      {
+        std::lock_guard<std::mutex> l(watch->mu);
+        watch->armed = false;  // a late failure of a parked call aborts nothing
+      }
+      parked_.push_back(std::move(rpc));  // never joined here: it may be blocked for good
+      on_failure(round.started());
+      client_.end_weight_update(sdk::message_of(error));
+      std::rethrow_exception(error);
+    }
+    {
+      std::lock_guard<std::mutex> l(watch->mu);
+      watch->armed = false;
+    }
+    client_.finish_weight_update(weight_version);
+  }
+
+ private:
+  sdk::ClientRef& client_;
+  sdk::AbortSignal& aborted_;
+  std::vector<std::unique_ptr<AsyncRpc>>& parked_;
+  std::function<void()> abort_;
+};
+
+}  // namespace wt::plugins
