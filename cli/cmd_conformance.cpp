@@ -332,6 +332,7 @@ Run add_conformance_command(CLI::App& app) {
   struct Opts {
     std::string path, init_info, worker_options;
     int rounds = 3;
+    conformance::TrainerProcess trainer;  // the peer-killed check's trainer process
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("plugin", o->path, "The plugin file, libwt_<backend>.so")->required();
@@ -345,7 +346,15 @@ Run add_conformance_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds, "Verified rounds in the loopback check")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
-  return [o]() {
+  // The peer-killed check runs its trainer as `wt conformance PLUGIN --trainer-for URL ...`.
+  auto* trainer_for = cmd->add_option("--trainer-for", o->trainer.url)->group("");
+  cmd->add_option("--trainer-fields", o->trainer.fields)->group("");
+  cmd->add_option("--checkpoint", o->trainer.checkpoint)->group("");
+  return [o, trainer_for]() {
+    if (*trainer_for) {
+      o->trainer.plugin = o->path;
+      return conformance::run_trainer_process(o->trainer);
+    }
     conformance::Options opts;
     std::error_code ec;
     opts.path = fs::absolute(o->path, ec).lexically_normal().string();

@@ -354,8 +354,9 @@ class StalledCommunicator : public plugins::Communicator {
     in_broadcast_ = true;
     cv_.notify_all();
     cv_.wait_for(l, std::chrono::seconds(30), [&] { return aborted_; });
-    throw sdk::Error(aborted_ ? WT_ERR_ABORTED : WT_ERR_TIMEOUT,
-                     fmt::format("{}: {}", what, aborted_ ? "aborted" : "a peer did not take part"));
+    throw sdk::Error(
+        aborted_ ? WT_ERR_ABORTED : WT_ERR_TIMEOUT,
+        fmt::format("{}: {}", what, aborted_ ? "aborted" : "a peer did not take part"));
   }
   void abort() override {
     std::lock_guard<std::mutex> l(mu_);
@@ -410,7 +411,8 @@ TEST(NcclTrainerSpy, AReceiverFailingItsUpdateMidBroadcastIsReportedAtOnce) {
       EXPECT_THAT(e.what(), HasSubstr("the receiver at http://127.0.0.1:9 closed the connection"))
           << "packed " << packed;
     }
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "packed " << packed;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2))
+        << "packed " << packed;
     EXPECT_THAT(client.ended, HasSubstr("closed the connection")) << "the round is ended there";
   }
 }

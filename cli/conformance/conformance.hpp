@@ -50,6 +50,13 @@ struct Options {
   std::string nonce;
 };
 
+// The trainer process of the peer-killed check (`wt conformance PLUGIN --trainer-for URL ...`).
+struct TrainerProcess {
+  std::string plugin, url, fields;
+  std::vector<std::string> checkpoint;
+};
+int run_trainer_process(const TrainerProcess& p);
+
 // Runs every check in order (a check whose precondition failed is skipped, saying which).
 void run_checks(const Options& options, Reporter& reporter);
 

@@ -253,6 +253,7 @@ struct Loopback {
     std::set<std::string> tmp, shm, cwd;
   } baseline;
   std::vector<std::string> server_args;  // how `wt serve` was started, for a second worker
+  std::vector<std::string> checkpoint_files;
   int worker_world_size = 1;
   bool sparse = false;
   std::unique_ptr<SafetensorsSource> checkpoint;
@@ -366,6 +367,7 @@ void check_loopback(Context& ctx, std::string& detail) {
   // A small model (a tiny decoder layout, bf16): the same checkpoint on both sides.
   const std::string model = ctx.options.work_dir + "/model";
   auto files = write_synthetic_checkpoint(model, model_layout("tiny", {kDLBfloat, 16, 1}), 7);
+  lb->checkpoint_files = files;
   lb->checkpoint =
       std::make_unique<SafetensorsSource>(files, SafetensorsSource::Memory::private_copy_on_write);
   std::vector<std::string> args{"--plugin", ctx.options.path};
@@ -639,6 +641,75 @@ void check_abort_receive(Context& ctx, std::string& detail) {
                        seconds(took), lb.verified.empty() ? "" : "; its weights are unchanged");
 }
 
+// peer-killed's second half: a worker (in a third `wt serve`) whose trainer, a process of its own,
+// is killed with SIGKILL while the worker receives. The worker must fail its receive within
+// kWorkerDeadline with an error that names the trainer (its address, or the word trainer, sender
+// or rank 0); a backend whose worker is not receiving at that moment has nothing to fail.
+std::string worker_whose_trainer_dies(Context& ctx, Loopback& lb) {
+  constexpr auto kWorkerDeadline = std::chrono::seconds(30);
+  if (lb.sparse)
+    return "trainer killed: a delta round's patches are all in one call, nothing to kill it in";
+  std::unique_ptr<Child> server;
+  std::string url;
+  try {
+    std::tie(server, url) = start_server(ctx.options.wt_program, lb.server_args);
+  } catch (const std::exception& e) {
+    fail("a third worker (wt serve --plugin {}) did not start: {}", ctx.options.path, e.what());
+  }
+  const nlohmann::json fields = init_fields_for_trainer(ctx, lb.worker_world_size);
+  std::vector<std::string> argv{ctx.options.wt_program, "conformance", ctx.options.path,
+                                "--trainer-for",        url,           "--trainer-fields",
+                                fields.dump()};
+  for (const auto& f : lb.checkpoint_files) argv.insert(argv.end(), {"--checkpoint", f});
+  Child trainer(argv);
+  if (!trainer.wait_for("holding\n", std::chrono::seconds(30)))
+    fail("the trainer process (for the worker at {}) did not reach its round: {}", url,
+         trainer.output().substr(0, 600));
+  const bool receiving = trainer.output().find("update under way") != std::string::npos;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the worker waits for bytes
+  server->drain();
+  const std::size_t seen = server->output().size();
+  const auto t0 = Clock::now();
+  trainer.kill(SIGKILL);
+  trainer.wait();
+  if (!receiving)
+    return "trainer killed: its worker was not receiving (the backend calls update_weights once "
+           "its data is produced), nothing to fail";
+  // wt serve logs the failed receive ("/update_weights: ... failed: <the worker's error>").
+  std::string line;
+  while (Clock::now() - t0 < kWorkerDeadline) {
+    server->drain();
+    const std::string& out = server->output();
+    const auto at = out.find("/update_weights: ", seen);
+    if (at != std::string::npos && out.find('\n', at) != std::string::npos) {
+      line = out.substr(at, out.find('\n', at) - at);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto took = Clock::now() - t0;
+  if (line.empty())
+    fail(
+        "the worker at {} was still receiving {} s after its trainer was killed mid-round: a "
+        "worker must fail within its deadline",
+        url, kWorkerDeadline.count());
+  const std::string address = fields.value("master_address", std::string("127.0.0.1"));
+  bool names = false;
+  for (const std::string& w :
+       {address, std::string("trainer"), std::string("sender"), std::string("rank 0")})
+    names |= line.find(w) != std::string::npos;
+  if (!names)
+    fail(
+        "the worker at {} failed {} after its trainer was killed, but its error names no peer "
+        "(the trainer's address, or trainer, sender, rank 0): {}",
+        url, seconds(took), line);
+  const auto said = line.find("failed: ");
+  std::string error = said == std::string::npos ? line : line.substr(said + 8);
+  if (error.size() > 160) error = error.substr(0, 157) + "...";
+  return fmt::format("trainer killed mid-round: the worker failed {} later: \"{}\"", seconds(took),
+                     error);
+}
+
 void check_peer_killed(Context& ctx, std::string& detail) {
   Loopback& lb = loopback(ctx);
   if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
@@ -715,10 +786,11 @@ void check_peer_killed(Context& ctx, std::string& detail) {
   if (round->source) round->source->release();
   if (result.wait_for(kPeerDeadline + std::chrono::seconds(5)) != std::future_status::ready) {
     lb.poisoned = true;  // its thread may still read the checkpoint
-    fail("send_weights was still blocked {} s after its worker (wt serve at {}, pid {}) was "
-         "killed {}: a trainer must fail within the deadline it was given ({} s for its calls)",
-         std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t0).count(), url, pid,
-         what, kPeerDeadline.count());
+    fail(
+        "send_weights was still blocked {} s after its worker (wt serve at {}, pid {}) was "
+        "killed {}: a trainer must fail within the deadline it was given ({} s for its calls)",
+        std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t0).count(), url, pid, what,
+        kPeerDeadline.count());
   }
   const auto took = Clock::now() - t0;
   auto [code, message] = result.get();
@@ -727,12 +799,65 @@ void check_peer_killed(Context& ctx, std::string& detail) {
          what);
   const std::string hostport = url.substr(url.find("//") + 2);
   if (message.find(hostport) == std::string::npos)
-    fail("send_weights failed {} after its worker was killed {}, but its error does not name the "
-         "worker ({}): {}",
-         seconds(took), what, url, message);
+    fail(
+        "send_weights failed {} after its worker was killed {}, but its error does not name the "
+        "worker ({}): {}",
+        seconds(took), what, url, message);
   round->trainer.reset();
-  detail = fmt::format("killed {}, the trainer failed {} later ({}), naming {}", what,
+  detail = fmt::format("worker killed {}: the trainer failed {} later ({}), naming {}", what,
                        seconds(took), status_name(code), url);
+  detail += "; " + worker_whose_trainer_dies(ctx, lb);
+}
+
+// The trainer side of peer-killed's second half, as a process of its own so that it can be killed:
+// `wt conformance PLUGIN --trainer-for URL --trainer-fields JSON --checkpoint FILE...`. It prints
+// "update under way" when its engine calls update_weights and "holding" when its source holds
+// the second tensor back (for good), then waits to be killed.
+int run_trainer_process(const TrainerProcess& p) {
+  class Announcing : public Client {
+   public:
+    explicit Announcing(const std::string& url) : http_(url) {}
+    void init_weight_transfer_engine(std::string_view j) override {
+      http_.init_weight_transfer_engine(j);
+    }
+    void start_weight_update() override { http_.start_weight_update(); }
+    void update_weights(std::string_view j) override {
+      std::fputs("update under way\n", stdout);
+      std::fflush(stdout);
+      http_.update_weights(j);
+    }
+    void finish_weight_update(const std::optional<std::string>& v) override {
+      http_.finish_weight_update(v);
+    }
+    void end_weight_update(std::string_view r) override { http_.end_weight_update(r); }
+    void abort_calls() override { http_.abort_calls(); }
+
+   private:
+    HttpClient http_;
+  } client(p.url);
+  Registry::instance().add_file(p.plugin);
+  SafetensorsSource checkpoint(p.checkpoint, SafetensorsSource::Memory::private_copy_on_write);
+  class Holding : public HeldSource {
+   public:
+    using HeldSource::HeldSource;
+    bool next(wt_tensor& out) override {
+      if (++n_ == 2) {
+        std::fputs("holding\n", stdout);
+        std::fflush(stdout);
+        for (;;) ::pause();  // until killed
+      }
+      return HeldSource::next(out);
+    }
+
+   private:
+    int n_ = 0;
+  } source(checkpoint);
+  auto engine = trainer_init(InitInfo::from_object(nlohmann::json::parse(p.fields), "init info"),
+                             client, &source);
+  SendOptions o;
+  o.weight_version = "conformance-peer-killed";
+  engine->send_weights(o);
+  return 1;  // never reached: the source holds until the process is killed
 }
 
 void check_leftovers(Context& ctx, std::string& detail) {

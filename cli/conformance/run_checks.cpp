@@ -24,7 +24,7 @@ const std::vector<CheckDef>& checks() {
       {"rejected-update", "a refused round leaves the worker's weights as they were", 120},
       {"abort", "abort() from another thread ends a blocked send_weights promptly", 90},
       {"abort-receive", "a worker aborted while its receive is blocked returns within 5 s", 60},
-      {"peer-killed", "a trainer whose worker is SIGKILLed mid-round fails in time, naming it", 60},
+      {"peer-killed", "a peer SIGKILLed mid-round: the other side fails in time, naming it", 90},
       {"recovery", "after the failures, a fresh trainer_init syncs again, verified", 120},
       {"leftovers", "no file, descriptor, thread or process left behind by the rounds", 30},
   };

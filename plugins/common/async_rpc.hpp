@@ -1,7 +1,7 @@
 // One control-plane call on a side thread, so the trainer can pack the next buffer while the
-// workers load the previous one. Waiting ends at once on abort (an sdk::AbortSignal); a failed round never joins the thread
-// (it may still be blocked in the RPC): the owner parks it and joins it when the engine is
-// destroyed, bounded by the client's own deadline.
+// workers load the previous one. Waiting ends at once on abort (an sdk::AbortSignal); a failed
+// round never joins the thread (it may still be blocked in the RPC): the owner parks it and joins
+// it when the engine is destroyed, bounded by the client's own deadline.
 #pragma once
 
 #include <wt/sdk/abortable_wait.hpp>
@@ -72,8 +72,8 @@ class AsyncRpc {
   // Returns when the call finished (rethrowing its error) or throws WT_ERR_ABORTED as soon as
   // `aborted` is. No deadline of its own: the client's call has one (HttpClient's timeout).
   void wait(sdk::AbortSignal& aborted) {
-    aborted.wait_until([this] { return done(); }, sdk::Deadline::after(std::chrono::hours(24 * 365)),
-                       "update_weights");
+    aborted.wait_until([this] { return done(); },
+                       sdk::Deadline::after(std::chrono::hours(24 * 365)), "update_weights");
     std::lock_guard<std::mutex> l(state_->mu);
     if (state_->error) std::rethrow_exception(state_->error);
   }

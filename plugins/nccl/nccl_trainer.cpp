@@ -1,8 +1,8 @@
 #include "nccl_trainer.hpp"
 
-#include "broadcast_pipeline.hpp"
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
+#include "broadcast_pipeline.hpp"
 #include "packed_chunks.hpp"
 
 #include <wt/dtype.hpp>
