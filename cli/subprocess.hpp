@@ -117,6 +117,15 @@ class Child {
     reaped_ = true;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  // Kills it and reaps it without waiting for its output to end: a process it started may hold
+  // its pipe open. Returns as wait() does.
+  int kill_and_reap(int sig) {
+    ::kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
 
  private:
   bool read_some(int timeout_ms) {

@@ -662,16 +662,15 @@ std::string worker_whose_trainer_dies(Context& ctx, Loopback& lb) {
                                 fields.dump()};
   for (const auto& f : lb.checkpoint_files) argv.insert(argv.end(), {"--checkpoint", f});
   Child trainer(argv);
-  if (!trainer.wait_for("holding\n", std::chrono::seconds(30)))
+  if (!trainer.wait_for("holding", std::chrono::seconds(30)) ||
+      !trainer.wait_for("\n", std::chrono::seconds(5)))
     fail("the trainer process (for the worker at {}) did not reach its round: {}", url,
          trainer.output().substr(0, 600));
-  const bool receiving = trainer.output().find("update under way") != std::string::npos;
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the worker waits for bytes
+  const bool receiving = trainer.output().find("holding, update under way") != std::string::npos;
   server->drain();
   const std::size_t seen = server->output().size();
   const auto t0 = Clock::now();
-  trainer.kill(SIGKILL);
-  trainer.wait();
+  trainer.kill_and_reap(SIGKILL);
   if (!receiving)
     return "trainer killed: its worker was not receiving (the backend calls update_weights once "
            "its data is produced), nothing to fail";
@@ -770,8 +769,7 @@ void check_peer_killed(Context& ctx, std::string& detail) {
   server->drain();
   const pid_t pid = server->pid();
   const auto t0 = Clock::now();
-  server->kill(SIGKILL);
-  server->wait();
+  server->kill_and_reap(SIGKILL);
   std::string what = "mid-round";
   if (ended_first) {
     // The round was over before it could be caught under way (a small delta round): the next one
@@ -810,22 +808,26 @@ void check_peer_killed(Context& ctx, std::string& detail) {
 }
 
 // The trainer side of peer-killed's second half, as a process of its own so that it can be killed:
-// `wt conformance PLUGIN --trainer-for URL --trainer-fields JSON --checkpoint FILE...`. It prints
-// "update under way" when its engine calls update_weights and "holding" when its source holds
-// the second tensor back (for good), then waits to be killed.
+// `wt conformance PLUGIN --trainer-for URL --trainer-fields JSON --checkpoint FILE...`. When its
+// source holds the second tensor back (for good) it prints "holding", or "holding, update under
+// way" when an update call is outstanding then (its worker is receiving), and waits to be killed.
 int run_trainer_process(const TrainerProcess& p) {
-  class Announcing : public Client {
+  class Counting : public Client {
    public:
-    explicit Announcing(const std::string& url) : http_(url) {}
+    explicit Counting(const std::string& url) : http_(url) {}
     void init_weight_transfer_engine(std::string_view j) override {
       http_.init_weight_transfer_engine(j);
     }
     void start_weight_update() override { http_.start_weight_update(); }
     void update_weights(std::string_view j) override {
-      std::fputs("update under way\n", stdout);
-      std::fflush(stdout);
+      struct InFlight {
+        std::atomic<int>& n;
+        explicit InFlight(std::atomic<int>& c) : n(c) { ++n; }
+        ~InFlight() { --n; }
+      } mark(in_flight);
       http_.update_weights(j);
     }
+    std::atomic<int> in_flight{0};
     void finish_weight_update(const std::optional<std::string>& v) override {
       http_.finish_weight_update(v);
     }
@@ -837,12 +839,16 @@ int run_trainer_process(const TrainerProcess& p) {
   } client(p.url);
   Registry::instance().add_file(p.plugin);
   SafetensorsSource checkpoint(p.checkpoint, SafetensorsSource::Memory::private_copy_on_write);
+  // Holds the second tensor back for good, saying whether an update call is outstanding then
+  // (a streaming backend's worker is receiving) after a moment for it to start.
   class Holding : public HeldSource {
    public:
-    using HeldSource::HeldSource;
+    Holding(WeightSource& inner, const std::atomic<int>& updates)
+        : HeldSource(inner), updates_(updates) {}
     bool next(wt_tensor& out) override {
       if (++n_ == 2) {
-        std::fputs("holding\n", stdout);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::fputs(updates_.load() > 0 ? "holding, update under way\n" : "holding\n", stdout);
         std::fflush(stdout);
         for (;;) ::pause();  // until killed
       }
@@ -850,8 +856,9 @@ int run_trainer_process(const TrainerProcess& p) {
     }
 
    private:
+    const std::atomic<int>& updates_;
     int n_ = 0;
-  } source(checkpoint);
+  } source(checkpoint, client.in_flight);
   auto engine = trainer_init(InitInfo::from_object(nlohmann::json::parse(p.fields), "init info"),
                              client, &source);
   SendOptions o;
