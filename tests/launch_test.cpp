@@ -73,6 +73,9 @@ TEST(Launch, EveryCpuConfigRunsGreen) {
     EXPECT_TRUE(report["ok"].get<bool>()) << c;
     ASSERT_FALSE(report["rounds"].empty());
     for (const auto& round : report["rounds"]) EXPECT_TRUE(round["verified"].get<bool>()) << c;
+    // Rounds count from 1, as the progress lines and the table count them.
+    for (std::size_t i = 0; i < report["rounds"].size(); ++i)
+      EXPECT_EQ(report["rounds"][i]["round"].get<int>(), static_cast<int>(i) + 1) << c;
     EXPECT_GT(report["mean_gb_per_s"].get<double>(), 0.0);
   }
 }
@@ -85,7 +88,12 @@ rounds: 2
 )");
   auto r = launch(cfg, "");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("round 1/2"));
   EXPECT_THAT(r.output, HasSubstr("round 2/2"));
+  // The table numbers its rows as the progress lines do: 1 and 2, no round 0.
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("\n  1 +[0-9.]+ +[0-9.]+ +[0-9.]+  yes\n"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("\n  2 +[0-9.]+ +[0-9.]+ +[0-9.]+  yes\n"));
+  EXPECT_THAT(r.output, ::testing::Not(::testing::ContainsRegex("\n  0 +[0-9.]+ ")));
   EXPECT_THAT(r.output, HasSubstr("verified"));
   EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
 }
