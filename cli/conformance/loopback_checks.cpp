@@ -589,17 +589,24 @@ void check_abort_receive(Context& ctx, std::string& detail) {
     HttpClient(lb.url).end_weight_update(
         "wt conformance: the abort-receive check ended this round");
   };
-  // Wait until the receive has been outstanding for a while with the source held back, or until
-  // it is clear the backend makes its update call only once the data is all there.
+  // Wait until the receive has been outstanding for a while, or until it is clear the backend
+  // makes its update call only once the data is all there (the source held, no call for 1 s).
   const auto give_up = Clock::now() + std::chrono::seconds(10);
+  auto held_since = Clock::time_point::max();
   bool blocked = false;
   while (Clock::now() < give_up) {
-    if (result.wait_for(std::chrono::milliseconds(50)) == std::future_status::ready) break;
-    if (client.updates_in_flight() > 0 &&
-        Clock::now() - client.last_update_change() > std::chrono::milliseconds(500)) {
+    if (result.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) break;
+    const bool in_flight = client.updates_in_flight() > 0;
+    if (in_flight && Clock::now() - client.last_update_change() > std::chrono::milliseconds(500)) {
       blocked = true;
       break;
     }
+    if (in_flight || !round->source->holding()) {
+      held_since = Clock::time_point::max();
+      continue;
+    }
+    if (held_since == Clock::time_point::max()) held_since = Clock::now();
+    if (Clock::now() - held_since > std::chrono::seconds(1)) break;
   }
   if (!blocked) {
     const bool held = round->source->holding();

@@ -21,8 +21,6 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return nlohmann::json(s).dump();
 }
 
-constexpr DLDataType kBytes{kDLUInt, 8, 1};
-
 // The tensor iteration yields must be the one metadata() declared, item for item (reference §5.5),
 // in the memory this engine's transport moves.
 void check_against(const ParamMeta& declared, const wt_tensor& t, std::size_t i, int cuda_device) {

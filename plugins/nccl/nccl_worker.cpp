@@ -1,8 +1,8 @@
 #include "nccl_worker.hpp"
 
-#include "broadcast_pipeline.hpp"
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
+#include "broadcast_pipeline.hpp"
 #include "packed_chunks.hpp"
 
 #include <wt/sdk/tensor_layout.hpp>
@@ -14,10 +14,6 @@
 namespace wt::nccl {
 
 using sdk::fail;
-
-namespace {
-constexpr DLDataType kBytes{kDLUInt, 8, 1};
-}  // namespace
 
 NcclWorker::NcclWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
                        plugins::CommunicatorFactory make_communicator)

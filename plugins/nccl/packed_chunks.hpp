@@ -6,11 +6,16 @@
 
 #include <wt/sdk/errors.hpp>
 
+#include <dlpack/dlpack.h>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 namespace wt::nccl {
+
+// A packed chunk's element type on the wire: bytes (vLLM broadcasts packed buffers as uint8).
+inline constexpr DLDataType kBytes{kDLUInt, 8, 1};
 
 // [first, last) tensor indices of each chunk, and its byte count. Sizes come from the wire on the
 // worker's side: a chunk whose byte count would wrap is refused.
