@@ -721,7 +721,7 @@ void check_peer_killed(Context& ctx, std::string& detail) {
   if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
   // A worker of its own in a second `wt serve`, killed with SIGKILL while its round is under way;
   // the trainer is given kPeerDeadline for its calls and must fail within it, naming the worker.
-  constexpr auto kPeerDeadline = std::chrono::seconds(10);
+  constexpr auto kPeerDeadline = std::chrono::seconds(5);
   std::unique_ptr<Child> server;
   std::string url;
   try {
@@ -789,7 +789,7 @@ void check_peer_killed(Context& ctx, std::string& detail) {
     std::thread(send).detach();
   }
   if (round->source) round->source->release();
-  if (result.wait_for(kPeerDeadline + std::chrono::seconds(5)) != std::future_status::ready) {
+  if (result.wait_for(kPeerDeadline + std::chrono::seconds(3)) != std::future_status::ready) {
     lb.poisoned = true;  // its thread may still read the checkpoint
     fail(
         "send_weights was still blocked {} s after its worker (wt serve at {}, pid {}) was "

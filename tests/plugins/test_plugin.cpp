@@ -18,7 +18,7 @@
 //   WT_TEST_LEAKS             trainer create leaks a descriptor, a file in $TMPDIR and a daemon
 //                             (fork, setsid, fork) that sleeps forever
 //   WT_TEST_DEAF_ABORT        send_weights calls update_weights({"deaf": true}) before reading
-//                             its source, and the worker's receive of it ignores abort for 8 s
+//                             its source, and the worker's receive of it ignores abort for 7 s
 //   WT_TEST_RETRIES           send_weights retries a failed update_weights for 60 s (a trainer
 //                             that never gives up on a dead worker)
 // Its worker understands {"inline": [{"name", "values": [floats]}], "in_place": bool,

@@ -245,8 +245,8 @@ wt_status worker_receive_as(wt_worker* w, const char* json, const wt_loader* loa
   return guard(w->last_error, [&] {
     auto j = wt::sdk::parse_json_text(json, "update_info");
     if (j.contains("deaf")) {  // WT_TEST_DEAF_ABORT: a wait that abort() does not end
-      std::this_thread::sleep_for(std::chrono::seconds(8));
-      throw wt::sdk::Error(WT_ERR_TIMEOUT, "the deaf receive gave up after 8 s");
+      std::this_thread::sleep_for(std::chrono::seconds(7));
+      throw wt::sdk::Error(WT_ERR_TIMEOUT, "the deaf receive gave up after 7 s");
     }
     // A transfer that never completes on its own: only abort() (from another thread) ends it.
     if (j.contains("block_until_abort")) {
