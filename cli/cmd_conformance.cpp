@@ -8,6 +8,7 @@
 
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
+#include <wt/sdk/shm_segments.hpp>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -65,20 +66,6 @@ class PipeReporter : public conformance::Reporter {
   int fd_;
   std::string nonce_;
 };
-
-// 128 random bits, hex: the run's nonce (conformance::Options::nonce).
-std::string make_nonce() {
-  unsigned char b[16];
-  std::FILE* f = std::fopen("/dev/urandom", "rb");
-  if (f == nullptr || std::fread(b, 1, sizeof b, f) != sizeof b) {
-    if (f != nullptr) std::fclose(f);
-    throw Error(WT_ERR_SYSTEM, "cannot read /dev/urandom");
-  }
-  std::fclose(f);
-  std::string out;
-  for (unsigned char c : b) out += fmt::format("{:02x}", c);
-  return out;
-}
 
 nlohmann::json json_option(const std::string& text, const char* option) {
   if (text.empty()) return nlohmann::json::object();
@@ -141,7 +128,7 @@ int run_conformance(conformance::Options opts) {
   if (::mkdtemp(tmpl.data()) == nullptr)
     throw Error(WT_ERR_SYSTEM, fmt::format("cannot make a work directory: {}", strerror(errno)));
   opts.work_dir = tmpl;
-  opts.nonce = make_nonce();
+  opts.nonce = shm::random_hex(16);  // 128 bits (conformance::Options::nonce)
   const std::string log = opts.work_dir + "/checks.log";
   // The checks' own temp and working directories (the `leftovers` check reads them).
   for (const char* d : {"/tmp", "/cwd"})
@@ -239,9 +226,22 @@ int run_conformance(conformance::Options opts) {
       break;
     }
     buf.append(chunk, static_cast<std::size_t>(n));
+    // The channel is read as hostile: a line is parsed depth-bounded, and text that never ends a
+    // line is not kept past 1 MiB (the checks' own lines are far shorter).
+    if (buf.size() > (std::size_t{1} << 20) && buf.find('\n') == std::string::npos) {
+      buf.clear();
+      forged = true;
+      if (current) forged_in.insert(*current);
+    }
     for (std::size_t nl; (nl = buf.find('\n')) != std::string::npos; buf.erase(0, nl + 1)) {
-      auto j = nlohmann::json::parse(buf.substr(0, nl), nullptr, false);
-      if (!j.is_object() || j.value("nonce", "") != opts.nonce) {
+      nlohmann::json j;
+      try {
+        j = parse_json(std::string_view(buf).substr(0, nl));
+      } catch (const JsonError&) {
+        j = nullptr;
+      }
+      if (!j.is_object() || !j.contains("nonce") || !j["nonce"].is_string() ||
+          j["nonce"].get<std::string>() != opts.nonce) {
         // Not the checks' own line: something wrote into a descriptor it does not own.
         forged = true;
         if (current) forged_in.insert(*current);

@@ -866,8 +866,7 @@ int run_trainer_process(const TrainerProcess& p) {
     const std::atomic<int>& updates_;
     int n_ = 0;
   } source(checkpoint, client.in_flight);
-  auto engine = trainer_init(InitInfo::from_object(nlohmann::json::parse(p.fields), "init info"),
-                             client, &source);
+  auto engine = trainer_init(InitInfo::from_json(p.fields, "--trainer-fields"), client, &source);
   SendOptions o;
   o.weight_version = "conformance-peer-killed";
   engine->send_weights(o);

@@ -6,6 +6,7 @@
 #include "plugin_table.hpp"  // libwt's current-ABI view of any plugin (wt::private)
 
 #include <wt/error.hpp>
+#include <wt/json_parse.hpp>
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -100,12 +101,26 @@ std::string canonical(const Context& ctx, const wt_init_info* info) {
   return buf.c_str();
 }
 
+// A canonical JSON text the plugin wrote, as an object: parsed depth-bounded (it is the plugin's
+// text), or the check fails saying what it wrote.
+nlohmann::json as_object(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = parse_json(text);
+  } catch (const JsonError& e) {
+    fail("to_json wrote {}, which is not JSON: {}", text.substr(0, 200), e.what());
+  }
+  if (!j.is_object()) fail("to_json wrote {}, not a JSON object", text.substr(0, 200));
+  return j;
+}
+
 // The init fields once per field of the canonical JSON, that field given a value of another type.
 std::vector<std::pair<std::string, nlohmann::json>> mistyped_fields(const Context& ctx) {
   Parsed a = parse(ctx, with_backend(ctx, ctx.init_fields));
   if (a.status != WT_OK) fail("the init info of the init-info check is refused: {}", a.message);
-  nlohmann::json canon = nlohmann::json::parse(canonical(ctx, a.info), nullptr, false);
+  const std::string text = canonical(ctx, a.info);
   ctx.plugin->table().destroy_init_info(a.info);
+  nlohmann::json canon = as_object(text);
   std::vector<std::pair<std::string, nlohmann::json>> out;
   for (auto& [k, v] : canon.items()) {
     if (k == "backend") continue;
@@ -337,8 +352,7 @@ void check_init_info(Context& ctx, std::string& detail) {
   const int64_t rank = ctx.plugin->table().rank(a.info);
   const bool sender = ctx.plugin->table().is_sender(a.info);
   ctx.plugin->table().destroy_init_info(a.info);
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object()) fail("to_json wrote {}, not a JSON object", text);
+  nlohmann::json j = as_object(text);
   for (auto& [k, v] : ctx.init_fields.items()) {
     if (!j.contains(k)) fail("the canonical JSON {} drops the given field '{}'", text, k);
     (void)v;  // a plugin may normalise a value (a path, a host name); the round trip must hold
@@ -350,7 +364,7 @@ void check_init_info(Context& ctx, std::string& detail) {
   std::string again = canonical(ctx, b.info);
   const int64_t rank2 = ctx.plugin->table().rank(b.info);
   ctx.plugin->table().destroy_init_info(b.info);
-  nlohmann::json j2 = nlohmann::json::parse(again, nullptr, false);
+  nlohmann::json j2 = as_object(again);
   j2.erase("backend");
   if (j2 != j) fail("the round trip changes the canonical JSON: {} became {}", text, again);
   if (rank < 0 || rank2 != rank) fail("rank() says {} and then {}", rank, rank2);

@@ -109,6 +109,10 @@ inline std::string random_hex(std::size_t bytes) {
 
 }  // namespace detail
 
+// `bytes` random bytes (getrandom, at most 64) as hex: the unguessable parts of segment names, and
+// any other token that must not be guessed (wt conformance's nonce).
+using detail::random_hex;
+
 // What a name in /dev/shm ("wt-..." or "/wt-...") is to wt.
 inline ParsedName parse_name(std::string_view name) {
   if (!name.empty() && name[0] == '/') name.remove_prefix(1);
