@@ -1,18 +1,21 @@
-// nccl host-memory throughput (Gloo), packed, next to a raw Gloo broadcast of the same bytes in the
-// same chunks between the same two ranks, in one run. The trainer and a reference receiver run in
-// this process (two threads, two Gloo ranks over loopback TCP), for two models: a few large
-// tensors, and 2,000 small ones. After two warm-up rounds, packed, raw and unpacked rounds are
-// interleaved; each figure is the median round. Prints GB/s, the ratio of packed to raw, and
-// unpacked GB/s (one broadcast per tensor, into the receiver's memory).
+// nccl host-memory throughput (Gloo), packed, next to a bare Gloo broadcast (no wt frame) of the
+// same bytes in the same chunks between the same two ranks, in one run. The trainer and a reference
+// receiver run in this process (two threads, two Gloo ranks over loopback TCP), for two models: a
+// few large tensors, and 2,000 small ones. After two warm-up rounds, packed, raw and unpacked
+// rounds are interleaved; each figure is the median round. Prints GB/s, the ratio of packed to raw,
+// and unpacked GB/s (one broadcast per tensor, into the receiver's memory).
 //
 //   build/bin/wt_bench_nccl [--mib 256] [--rounds 9] [--buffer-mib 64]
-#include "broadcast_group.hpp"
 #include "support/free_port.hpp"
+#include "tcp_store.hpp"
 
 #include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 
 #include <fmt/format.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -104,7 +107,9 @@ class RawGloo {
       }
     }
     if (used) chunks_.push_back(used);
-    const int port = free_port();
+    store_ = std::make_unique<wt::plugins::TcpStoreServer>(
+        "127.0.0.1", 0, secret_, wt::plugins::TcpStoreServer::Limits::for_world(2));
+    const int port = store_->port();
     worker_ = std::thread([this, port] {
       auto g = group(port, 1);
       std::vector<unsigned char> buf(*std::max_element(chunks_.begin(), chunks_.end()), 1);
@@ -130,17 +135,32 @@ class RawGloo {
   }
 
  private:
-  static std::unique_ptr<wt::plugins::BroadcastGroup> group(int port, int rank) {
-    wt::plugins::BroadcastGroup::Options o;
-    o.master_address = "127.0.0.1";
-    o.master_port = port;
-    o.rank = rank;
-    o.world_size = 2;
-    return std::make_unique<wt::plugins::BroadcastGroup>(o);
+  // A bare Gloo rank (no wt frame, no challenge), meeting at wt's store.
+  struct Rank {
+    std::shared_ptr<gloo::rendezvous::Context> context;
+    void broadcast(unsigned char* data, std::size_t n, int root, const char*) {
+      gloo::BroadcastOptions b(context);
+      b.setOutput<uint8_t>(data, n);
+      b.setRoot(root);
+      gloo::broadcast(b);
+    }
+  };
+  std::unique_ptr<Rank> group(int port, int rank) {
+    wt::plugins::TcpStoreClient store("127.0.0.1", port, secret_,
+                                      Clock::now() + std::chrono::seconds(60));
+    gloo::transport::tcp::attr attr("127.0.0.1");
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto r = std::make_unique<Rank>();
+    r->context = std::make_shared<gloo::rendezvous::Context>(rank, 2);
+    r->context->setTimeout(std::chrono::seconds(60));
+    r->context->connectFullMesh(store, device);
+    return r;
   }
+  wt::plugins::SessionSecret secret_ = wt::plugins::SessionSecret::mint();
+  std::unique_ptr<wt::plugins::TcpStoreServer> store_;
   std::vector<std::size_t> chunks_;
   std::vector<unsigned char> buf_;
-  std::unique_ptr<wt::plugins::BroadcastGroup> root_;
+  std::unique_ptr<Rank> root_;
   std::counting_semaphore<> go_{0}, done_{0};
   std::atomic<bool> stop_{false};
   std::thread worker_;

@@ -4,12 +4,12 @@
 #include "device_source.hpp"
 #include "training_step.hpp"
 
-#include <wt/services/checksum.hpp>
 #include <wt/delta.hpp>
+#include <wt/registry.hpp>
+#include <wt/services/checksum.hpp>
 #include <wt/services/fan_out_client.hpp>
 #include <wt/services/gloo_trainer_group.hpp>
 #include <wt/services/http_client.hpp>
-#include <wt/registry.hpp>
 #include <wt/services/safetensors.hpp>
 #include <wt/wt.hpp>
 
@@ -93,11 +93,19 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       int ws = 1;
       if (need_world_sizes) {
         try {
-          ws = c->get("/get_world_size").at("world_size").get<int>();
-          if (ws < 1 || ws > 65536)
+          // Read wide, then checked: 2^32 + 1 must not narrow to 1.
+          const nlohmann::json answer = c->get("/get_world_size");
+          const auto& v = answer.at("world_size");
+          if (!v.is_number_integer())
             throw Error(
                 WT_ERR_REMOTE,
-                fmt::format("receiver {}: /get_world_size says {}, not in 1..65536", url, ws));
+                fmt::format("receiver {}: /get_world_size says {}, not an integer", url, v.dump()));
+          const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
+          if (negative || v.get<uint64_t>() < 1 || v.get<uint64_t>() > 65536)
+            throw Error(WT_ERR_REMOTE,
+                        fmt::format("receiver {}: /get_world_size says {}, not in 1..65536", url,
+                                    v.dump()));
+          ws = static_cast<int>(v.get<uint64_t>());
         } catch (const nlohmann::json::exception& e) {
           throw Error(WT_ERR_REMOTE, fmt::format("receiver {}: /get_world_size gave no world size "
                                                  "({})",

@@ -14,6 +14,7 @@ packages=(
   libdlpack-dev            # tensor descriptor
   libgloo-dev              # collectives on host memory
   libxxhash-dev            # checksums
+  libssl-dev               # the data plane's session MACs (OpenSSL's HMAC-SHA256)
 )
 
 missing=()

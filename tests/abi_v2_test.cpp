@@ -376,15 +376,22 @@ TEST_F(DeltaReceiver, MoreIndicesThanElementsAcrossABatchAreRefusedBeforeAnyCopy
   EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 2, 3, 4}));
 }
 
-TEST_F(DeltaReceiver, PatchesKeptFromEarlierUpdatesOfARoundSurviveTheBufferGrowing) {
-  // A large tensor, committed; then a round whose first update keeps a small patch and whose
-  // second keeps one large enough that the receiver's patch buffer grows under the first.
+TEST(DeltaReceiverGrowing, PatchesKeptFromEarlierUpdatesOfARoundSurviveTheBufferGrowing) {
+  // A model of a small and a large tensor, committed; then a round whose first update keeps a
+  // small patch and whose second keeps one large enough that the receiver's patch buffer grows
+  // under the first.
+  use_abi_plugins();
+  Receiver r{"delta"};
+  r.init_weight_transfer_engine(json::object());
   std::vector<float> big(20000, 0.5f);
   r.start_weight_update();
-  r.update_weights({{"inline", {{{"name", "big"}, {"values", big}}}}});
-  r.finish_weight_update("big");
+  r.update_weights(
+      {{"inline",
+        {{{"name", "a"}, {"values", {1, 2, 3, 4}}}, {{"name", "big"}, {"values", big}}}}});
+  r.finish_weight_update("base");
   r.start_weight_update();
-  patch({1}, {9});
+  r.update_weights(
+      {{"patch", {{"name", "a"}, {"indices", {1}}, {"values", {9}}, {"full_shape", {4}}}}});
   std::vector<int> idx;
   std::vector<float> vals;
   for (int i = 0; i < 20000; i += 2) {
@@ -397,6 +404,20 @@ TEST_F(DeltaReceiver, PatchesKeptFromEarlierUpdatesOfARoundSurviveTheBufferGrowi
   r.finish_weight_update("both");
   EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 9, 3, 4}));
   EXPECT_EQ(floats_of(r, "big"), big);
+}
+
+// Once a receiver holds a model, a round naming a tensor it does not hold, or another dtype or
+// shape, is refused naming it (a drifted trainer), and the model stays as it was.
+TEST_F(DeltaReceiver, ARoundNamingATensorTheModelDoesNotHoldOrReshapingOneIsRefused) {
+  r.start_weight_update();
+  auto e = error_of([&] { r.update_weights({{"inline", {{{"name", "b"}, {"values", {1, 2}}}}}}); });
+  EXPECT_THAT(e.what(), HasSubstr("the update names tensor 'b', which the model this receiver "
+                                  "holds does not have"));
+  r.start_weight_update();
+  e = error_of([&] { r.update_weights({{"inline", {{{"name", "a"}, {"values", {1, 2, 3}}}}}}); });
+  EXPECT_THAT(e.what(), HasSubstr("tensor 'a' arrives as float32 3, but the model this receiver "
+                                  "holds has it as float32 4"));
+  EXPECT_EQ(floats_of(r, "a"), (std::vector<float>{1, 2, 3, 4}));
 }
 
 // ---- the SDK serving versions 1 and 2 -----------------------------------------------------------

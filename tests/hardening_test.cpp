@@ -1,15 +1,15 @@
 // Regression tests for what a hostile test broke in libwt and `wt launch`: inputs wt did not create
 // (directories, FIFOs, YAML, JSON), session rules under abandoned rounds, secrets in argv and
 // processes orphaned by a killed coordinator.
-#include <wt/services/checkpoint_gen.hpp>
 #include <wt/dtype.hpp>
 #include <wt/init_info.hpp>
 #include <wt/json_parse.hpp>
+#include <wt/sdk/shm_segments.hpp>
+#include <wt/services/checkpoint_gen.hpp>
 #include <wt/services/receiver.hpp>
 #include <wt/services/safetensors.hpp>
-#include <wt/sdk/shm_segments.hpp>
-#include <wt/wt.hpp>
 #include <wt/services/yaml_json.hpp>
+#include <wt/wt.hpp>
 
 #include "support/process.hpp"
 #include "support/vector_source.hpp"

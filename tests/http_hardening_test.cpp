@@ -285,9 +285,9 @@ TEST(HttpHardening, SlowHeadersAreCutAtTheDeadlineAndHealthAnswersMeanwhile) {
     EXPECT_EQ(r->status, 200);
     EXPECT_LT(since(t0), 0.5);
   }
-  // Twice as many as threads, each sending a byte every 300 ms: every one is cut within the
-  // 2 s header deadline (counted from accept, also for those that waited for a thread), and
-  // /health, queued behind them, answers once they are.
+  // Twice as many as threads, each sending a byte every 300 ms: with connections waiting for a
+  // thread, every one is cut once it waited 100 ms for more of its headers (well within the 2 s
+  // header deadline), and /health, queued behind them, answers at once.
   std::vector<std::unique_ptr<Raw>> slow;
   for (int i = 0; i < 8; ++i) slow.push_back(std::make_unique<Raw>(s.server.port()));
   std::vector<std::thread> senders;
@@ -307,11 +307,10 @@ TEST(HttpHardening, SlowHeadersAreCutAtTheDeadlineAndHealthAnswersMeanwhile) {
   for (auto& raw : slow) {
     std::string answer = raw->read_until_close(3s);
     EXPECT_TRUE(raw->closed);
-    EXPECT_GT(raw->closed_after, 1.8);
     EXPECT_LT(raw->closed_after, 3.5);
     EXPECT_EQ(status_of(answer), 408) << answer;
     EXPECT_THAT(body_of(answer)["detail"].get<std::string>(),
-                HasSubstr("request headers not received within 2 s"));
+                HasSubstr("request headers not received in time: the server is busy"));
   }
 }
 

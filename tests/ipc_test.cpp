@@ -1,9 +1,9 @@
 // The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
 // in-process client, strict update_info validation, and shared-memory hygiene.
-#include <wt/services/checksum.hpp>
 #include <wt/dtype.hpp>
-#include <wt/services/receiver.hpp>
 #include <wt/sdk/parallel_copy.hpp>
+#include <wt/services/checksum.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 
 #include "support/model.hpp"

@@ -107,13 +107,15 @@ TEST_P(NcclHost, ByteExactOverSeveralRounds) {
   // straight into it (unpacked: one per tensor; packed: one per chunk, the receiver staging the
   // chunk's tensors back to back), or copied there from the packed buffer.
   EXPECT_EQ(receiver.tensors_written_in_place(), 3 * source.tensors().size());
-  // The worker init payload: vLLM's keys exactly.
+  // The worker init payload: vLLM's keys, and on host memory the session's secret (64 hex
+  // digits, a new one per init).
   auto init = json::parse(client.calls()[0].payload);
   std::set<std::string> keys;
   for (auto it = init.begin(); it != init.end(); ++it) keys.insert(it.key());
-  EXPECT_EQ(keys,
-            (std::set<std::string>{"master_address", "master_port", "rank_offset", "world_size",
-                                   "packed", "packed_buffer_size_bytes", "packed_num_buffers"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"master_address", "master_port", "rank_offset",
+                                         "world_size", "packed", "packed_buffer_size_bytes",
+                                         "packed_num_buffers", "session_secret"}));
+  EXPECT_THAT(init["session_secret"].get<std::string>(), ::testing::MatchesRegex("[0-9a-f]{64}"));
   EXPECT_EQ(init["rank_offset"], 1);
 }
 

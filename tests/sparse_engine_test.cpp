@@ -70,7 +70,7 @@ struct Patch {
   }
 };
 
-TEST(SparseTrainerSpy, InitShipsVllmsSevenKeysWithTheUnpackedDefaults) {
+TEST(SparseTrainerSpy, InitShipsVllmsSevenKeysWithTheUnpackedDefaultsAndTheHostRoundFormat) {
   test::RecordingClient client;
   Spy spy;
   sparse::SparseTrainer trainer(context(client), info(), spy.factory());
@@ -81,7 +81,8 @@ TEST(SparseTrainerSpy, InitShipsVllmsSevenKeysWithTheUnpackedDefaults) {
                                                           {"world_size", 2},
                                                           {"packed", false},
                                                           {"packed_buffer_size_bytes", 1 << 30},
-                                                          {"packed_num_buffers", 2}}));
+                                                          {"packed_num_buffers", 2},
+                                                          {"host_round_format", "packed"}}));
 }
 
 // Two patches: w (2 float32 values in a 4x4 tensor) and v (3 in a 6-element one).
@@ -295,13 +296,11 @@ void expect_worker_reads(bool packed_wire) {
   std::vector<unsigned char> stream;
   for (const auto& b : *spy.log) stream.insert(stream.end(), b.data.begin(), b.data.end());
   std::vector<const void*> into;
-  sparse::SparseWorker worker(
-      sdk::WorkerContext{},
-      {{"master_address", "h"}, {"master_port", 1}, {"rank_offset", 1}, {"world_size", 2}},
-      [&](const plugins::CommunicatorOptions&) {
-        return std::make_unique<test::FeedingCommunicator>(stream, into);
-      },
-      packed_wire);
+  sparse::SparseWorker worker(sdk::WorkerContext{},
+                              json::parse(client.calls()[0].payload),  // the init the trainer sent
+                              [&](const plugins::CommunicatorOptions&) {
+                                return std::make_unique<test::FeedingCommunicator>(stream, into);
+                              });
   worker.start();
   struct Seen {
     std::string name;
@@ -348,12 +347,41 @@ TEST(SparseWorkerSpy, ReadsVllmsWireIntoEveryPatch) {
   expect_worker_reads(false);
 }
 
+// The host round's format is said at init: a worker that cannot read it (an older one, which
+// reads only per-patch rounds) refuses then, naming the field, as does one told no format.
+TEST(SparseWorkerSpy, AHostRoundFormatTheWorkerCannotReadIsRefusedAtInit) {
+  Spy spy;
+  const json base = {
+      {"master_address", "h"}, {"master_port", 1}, {"rank_offset", 1}, {"world_size", 2}};
+  json packed = base;
+  packed["host_round_format"] = "packed";
+  try {
+    sparse::SparseWorker older(sdk::WorkerContext{}, packed, spy.factory(), false);
+    FAIL() << "an older worker took a packed round format";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INCOMPATIBLE);
+    EXPECT_THAT(e.what(), HasSubstr("field 'host_round_format' is \"packed\", a format this "
+                                    "worker cannot read"));
+  }
+  try {
+    sparse::SparseWorker worker(sdk::WorkerContext{}, base, spy.factory());
+    FAIL() << "a worker took an init without the host round format";
+  } catch (const sdk::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("did not say its host round format (field "
+                                    "'host_round_format')"));
+  }
+  EXPECT_TRUE(spy.log->empty());
+}
+
 TEST(SparseWorkerSpy, UpdateInfoIsCheckedAsVllmChecksIt) {
   Spy spy;
-  sparse::SparseWorker worker(
-      sdk::WorkerContext{},
-      {{"master_address", "h"}, {"master_port", 1}, {"rank_offset", 1}, {"world_size", 2}},
-      spy.factory());
+  sparse::SparseWorker worker(sdk::WorkerContext{},
+                              {{"master_address", "h"},
+                               {"master_port", 1},
+                               {"rank_offset", 1},
+                               {"world_size", 2},
+                               {"host_round_format", "per_patch"}},
+                              spy.factory());
   worker.start();
   auto refused = [&](json update, const std::string& message) {
     try {

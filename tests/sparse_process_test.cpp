@@ -3,9 +3,9 @@
 // elements, sent as delta patches only, leave both receivers bit-identical to the trainer after
 // every round. A round with one patch the receivers must refuse (a full_shape that is not the
 // tensor's) among good ones changes nothing anywhere.
+#include <wt/delta.hpp>
 #include <wt/services/checkpoint_gen.hpp>
 #include <wt/services/checksum.hpp>
-#include <wt/delta.hpp>
 #include <wt/services/fan_out_client.hpp>
 #include <wt/services/http_client.hpp>
 #include <wt/services/safetensors.hpp>

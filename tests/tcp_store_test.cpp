@@ -1,6 +1,12 @@
-// The rendezvous store of the nccl backends (plugins/common/tcp_store): values across clients,
-// deadlines, a client that comes before its server, hostile peers, and a Gloo group formed on it.
+// The rendezvous store of the nccl backends (plugins/common/tcp_store) and the Gloo group formed
+// on it (broadcast_group): values across clients, deadlines, one deadline for a whole
+// rendezvous, and an attacker's view: strangers without the session secret, a store of another
+// session on the port, keys set twice, values and stores too large, connections held idle, a
+// peer with the store's secret that fails the pair challenge, broadcasts of the wrong length, an
+// abort of a root with three children, and a peer that died under a write (SIGPIPE).
 #include "tcp_store.hpp"
+#include "broadcast_group.hpp"
+#include "session_secret.hpp"
 
 #include <wt/sdk/errors.hpp>
 
@@ -13,9 +19,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <iostream>
+#include <mutex>
 #include <thread>
 
 using ::testing::HasSubstr;
@@ -23,6 +34,8 @@ using namespace std::chrono_literals;
 
 namespace wt::plugins {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::vector<char> bytes(const std::string& s) {
   return {s.begin(), s.end()};
@@ -38,20 +51,67 @@ int raw_connect(int port) {
   return fd;
 }
 
-TEST(TcpStore, ValuesSetByOneClientAreSeenByAnother) {
-  TcpStoreServer server("127.0.0.1", 0);
-  TcpStoreClient a("127.0.0.1", server.port(), 2s), b("127.0.0.1", server.port(), 2s);
+// Whether the server closed `fd` (reads until EOF or 3 s).
+bool closed_by_server(int fd) {
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+struct Warnings {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  TcpStoreServer::Warn sink() {
+    return [this](const std::string& m) {
+      std::lock_guard<std::mutex> l(mu);
+      lines.push_back(m);
+    };
+  }
+  std::string all() {
+    std::lock_guard<std::mutex> l(mu);
+    std::string out;
+    for (auto& s : lines) out += s + "\n";
+    return out;
+  }
+};
+
+const SessionSecret kSecret = SessionSecret::mint();
+
+TcpStoreServer::Limits quick() {
+  TcpStoreServer::Limits l;
+  l.auth_deadline = 300ms;
+  l.request_deadline = 300ms;
+  return l;
+}
+
+TEST(TcpStore, ValuesSetByOneClientAreSeenByAnotherAndAKeyIsSetOnce) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret, {});
+  TcpStoreClient a("127.0.0.1", server.port(), kSecret, Clock::now() + 2s),
+      b("127.0.0.1", server.port(), kSecret, Clock::now() + 2s);
   a.set("rank0", bytes("address of rank 0"));
   b.wait({"rank0"});
   EXPECT_EQ(b.get("rank0"), bytes("address of rank 0"));
-  a.set("rank0", bytes(""));  // overwritten, and empty values are values
-  EXPECT_EQ(b.get("rank0"), bytes(""));
+  b.set("empty", bytes(""));  // empty values are values
+  EXPECT_EQ(a.get("empty"), bytes(""));
+  try {
+    b.set("rank0", bytes("an impostor's address"));
+    FAIL() << "a key was overwritten";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_STATE);
+    EXPECT_THAT(e.what(), HasSubstr("key 'rank0' is already set"));
+  }
+  EXPECT_EQ(a.get("rank0"), bytes("address of rank 0"));
 }
 
 TEST(TcpStore, AKeyThatNeverComesIsATimeoutNamingIt) {
-  TcpStoreServer server("127.0.0.1", 0);
-  TcpStoreClient c("127.0.0.1", server.port(), 2s);
-  auto t0 = std::chrono::steady_clock::now();
+  TcpStoreServer server("127.0.0.1", 0, kSecret, {});
+  TcpStoreClient c("127.0.0.1", server.port(), kSecret, Clock::now() + 5s);
+  auto t0 = Clock::now();
   try {
     c.wait({"rank7"}, 300ms);
     FAIL();
@@ -59,18 +119,28 @@ TEST(TcpStore, AKeyThatNeverComesIsATimeoutNamingIt) {
     EXPECT_EQ(e.code(), WT_ERR_TIMEOUT);
     EXPECT_THAT(e.what(), HasSubstr("key 'rank7' did not appear within 300 ms"));
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+// Gloo asks for each key with its own timeout; the rendezvous's one deadline bounds them all.
+TEST(TcpStore, EveryWaitEndsByTheClientsOneDeadline) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret, {});
+  const auto t0 = Clock::now();
+  TcpStoreClient c("127.0.0.1", server.port(), kSecret, t0 + 500ms);
+  EXPECT_THROW(c.wait({"a"}, 60s), sdk::Error);
+  EXPECT_THROW(c.wait({"b"}, 60s), sdk::Error);
+  EXPECT_LT(Clock::now() - t0, 1500ms);
 }
 
 TEST(TcpStore, AClientWaitsForAServerThatComesLater) {
   int port = 0;
-  { port = TcpStoreServer("127.0.0.1", 0).port(); }  // a port that was free a moment ago
+  { port = TcpStoreServer("127.0.0.1", 0, kSecret, {}).port(); }  // free a moment ago
   std::unique_ptr<TcpStoreServer> server;
   std::thread later([&] {
     std::this_thread::sleep_for(300ms);
-    server = std::make_unique<TcpStoreServer>("127.0.0.1", port);
+    server = std::make_unique<TcpStoreServer>("127.0.0.1", port, kSecret, TcpStoreServer::Limits{});
   });
-  TcpStoreClient c("127.0.0.1", port, 5s);
+  TcpStoreClient c("127.0.0.1", port, kSecret, Clock::now() + 5s);
   later.join();
   c.set("k", bytes("v"));
   EXPECT_EQ(c.get("k"), bytes("v"));
@@ -78,9 +148,9 @@ TEST(TcpStore, AClientWaitsForAServerThatComesLater) {
 
 TEST(TcpStore, NoServerIsATimeoutNamingTheAddress) {
   int port = 0;
-  { port = TcpStoreServer("127.0.0.1", 0).port(); }
+  { port = TcpStoreServer("127.0.0.1", 0, kSecret, {}).port(); }
   try {
-    TcpStoreClient c("127.0.0.1", port, 300ms);
+    TcpStoreClient c("127.0.0.1", port, kSecret, Clock::now() + 300ms);
     FAIL();
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_TIMEOUT);
@@ -88,62 +158,268 @@ TEST(TcpStore, NoServerIsATimeoutNamingTheAddress) {
   }
 }
 
-TEST(TcpStore, HostilePeersAreDroppedAndOthersStillServed) {
-  TcpStoreServer::Limits limits;
-  limits.request_deadline = 200ms;
-  TcpStoreServer server("127.0.0.1", 0, limits);
-  // A key length of 4 GiB.
-  int huge = raw_connect(server.port());
-  const unsigned char req[] = {2, 0xff, 0xff, 0xff, 0xff};
-  ASSERT_EQ(::send(huge, req, sizeof req, 0), static_cast<ssize_t>(sizeof req));
-  // One byte, then nothing.
-  int slow = raw_connect(server.port());
-  ASSERT_EQ(::send(slow, req, 1, 0), 1);
-  // An unknown op.
-  int junk = raw_connect(server.port());
-  ASSERT_EQ(::send(junk, "\x09\0\0\0\0", 5, 0), 5);
-  TcpStoreClient good("127.0.0.1", server.port(), 2s);
-  good.set("k", bytes("v"));
-  std::this_thread::sleep_for(500ms);
-  EXPECT_EQ(good.get("k"), bytes("v"));
-  EXPECT_EQ(server.connections_dropped(), 3u);
-  char c;
-  for (int fd : {huge, slow, junk}) {
-    EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the server closed it";
-    ::close(fd);
+// A second job's worker that meets at a port another session's store holds is refused by it and
+// says why, instead of joining the other job's rendezvous.
+TEST(TcpStore, AClientOfAnotherSessionIsRefusedAndSaysWhy) {
+  Warnings w;
+  TcpStoreServer server("127.0.0.1", 0, kSecret, quick(), w.sink());
+  try {
+    TcpStoreClient c("127.0.0.1", server.port(), SessionSecret::mint(), Clock::now() + 5s);
+    FAIL();
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_REMOTE);
+    EXPECT_THAT(e.what(), HasSubstr("refused this session: it dropped this session's hello: it "
+                                    "holds another session's secret"));
   }
+  EXPECT_GE(server.rejected(), 1u);
+  EXPECT_THAT(w.all(), HasSubstr("did not prove the session secret"));
 }
 
-// Three Gloo ranks form a full mesh on the store and broadcast from rank 0.
-TEST(TcpStore, AGlooGroupFormsOnItAndBroadcasts) {
-  TcpStoreServer server("127.0.0.1", 0);
-  std::vector<std::vector<float>> data(3, std::vector<float>(1000, 0.0f));
-  for (std::size_t i = 0; i < 1000; ++i) data[0][i] = static_cast<float>(i) * 0.5f;
+// What an attacker who knows only the port could do before: register its own address for a rank.
+// Without the secret, its hello is refused, so its SET never reaches the store; strangers that
+// say nothing are dropped at the auth deadline; malformed bytes are dropped at once.
+TEST(TcpStore, StrangersCannotSetKeysAndAreDroppedAndLogged) {
+  Warnings w;
+  TcpStoreServer server("127.0.0.1", 0, kSecret, quick(), w.sink());
+  int forger = raw_connect(server.port());
+  std::string hello(16 + 32, 'x');  // a nonce and a MAC made up
+  ASSERT_EQ(::send(forger, hello.data(), hello.size(), 0), static_cast<ssize_t>(hello.size()));
+  const std::string key = kSecret.session_id() + "/1";
+  std::string set = std::string(1, '\1') + std::string("\x00\x00\x00\x00", 4) + key;
+  set[1] = static_cast<char>(key.size());
+  ::send(forger, set.data(), set.size(), MSG_NOSIGNAL);
+  int silent = raw_connect(server.port());
+  int junk = raw_connect(server.port());
+  std::string bad(64, '\xff');
+  ::send(junk, bad.data(), bad.size(), 0);
+  for (int fd : {forger, silent, junk}) {
+    EXPECT_TRUE(closed_by_server(fd));
+    ::close(fd);
+  }
+  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Clock::now() + 2s);
+  EXPECT_THROW(good.wait({"1"}, 200ms), sdk::Error) << "the forged SET was not stored";
+  EXPECT_EQ(server.rejected(), 3u);
+  EXPECT_THAT(w.all(), HasSubstr("did not authenticate within 300 ms"));
+}
+
+// The store is bounded as a whole: values larger than 1 MiB are refused at the client, and a
+// session's stored bytes end at its limit (the store answers "full"; nothing is kept beyond it).
+TEST(TcpStore, TheStoreIsBoundedAsAWhole) {
+  auto limits = TcpStoreServer::Limits::for_world(2);
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  TcpStoreClient c("127.0.0.1", server.port(), kSecret, Clock::now() + 5s);
+  EXPECT_THROW(c.set("big", std::vector<char>((std::size_t{1} << 20) + 1)), sdk::Error);
+  const std::size_t each = 64 << 10;
+  std::size_t stored = 0;
+  try {
+    for (int i = 0; i < 100; ++i) {
+      c.set("k" + std::to_string(i), std::vector<char>(each, 'v'));
+      stored += each;
+    }
+    FAIL() << "the store took 100 values of 64 KiB";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_REMOTE);
+    EXPECT_THAT(e.what(), HasSubstr("the store is full"));
+  }
+  EXPECT_LE(stored, limits.max_stored_bytes);
+}
+
+// Idle strangers cannot hold the connection slots: the oldest unauthenticated one makes room.
+TEST(TcpStore, IdleStrangersDoNotKeepTheRanksOut) {
+  auto limits = TcpStoreServer::Limits::for_world(2);  // 18 connections
+  limits.auth_deadline = 60s;                          // they would sit for a minute
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  std::vector<int> idle;
+  for (std::size_t i = 0; i < 3 * limits.max_connections; ++i)
+    idle.push_back(raw_connect(server.port()));
+  std::this_thread::sleep_for(200ms);
+  TcpStoreClient a("127.0.0.1", server.port(), kSecret, Clock::now() + 3s);
+  TcpStoreClient b("127.0.0.1", server.port(), kSecret, Clock::now() + 3s);
+  a.set("k", bytes("v"));
+  EXPECT_EQ(b.get("k"), bytes("v"));
+  for (int fd : idle) ::close(fd);
+}
+
+// Rank `rank` of a group of `n` meeting at 127.0.0.1:port, holding kSecret.
+CommunicatorOptions options(int rank, int n, int port) {
+  CommunicatorOptions o;
+  o.master_address = "127.0.0.1";
+  o.master_port = port;
+  o.rank = rank;
+  o.world_size = n;
+  o.rendezvous_timeout = 10s;
+  o.transfer_timeout = 10s;
+  o.session_secret = kSecret.hex();
+  return o;
+}
+
+// A group of `n` ranks on threads; each runs `body(group)`; errors come back per rank.
+template <typename Body>
+std::vector<std::string> on_ranks(int n, int port, Body body,
+                                  std::chrono::milliseconds rendezvous = 10s) {
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> ranks;
-  std::vector<std::string> errors(3);
-  for (int r = 0; r < 3; ++r)
+  for (int r = 0; r < n; ++r)
     ranks.emplace_back([&, r] {
       try {
-        TcpStoreClient store("127.0.0.1", server.port(), 10s);
-        gloo::transport::tcp::attr attr("127.0.0.1");
-        auto device = gloo::transport::tcp::CreateDevice(attr);
-        auto context = std::make_shared<gloo::rendezvous::Context>(r, 3);
-        context->setTimeout(10s);
-        context->connectFullMesh(store, device);
-        gloo::BroadcastOptions o(context);
-        o.setOutput(data[static_cast<std::size_t>(r)].data(), 1000);
-        o.setRoot(0);
-        o.setTimeout(10s);
-        gloo::broadcast(o);
+        CommunicatorOptions o = options(r, n, port);
+        o.rendezvous_timeout = rendezvous;
+        BroadcastGroup g(o);
+        body(g);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
     });
   for (auto& t : ranks) t.join();
-  for (int r = 0; r < 3; ++r) {
+  return errors;
+}
+
+int free_port() {
+  return TcpStoreServer("127.0.0.1", 0, kSecret, {}).port();
+}
+
+TEST(BroadcastGroup, FormsOnTheStoreProvesTheSecretAndBroadcastsByteExact) {
+  std::vector<std::vector<float>> data(4, std::vector<float>(1000, 0.0f));
+  for (std::size_t i = 0; i < 1000; ++i) data[0][i] = static_cast<float>(i) * 0.5f;
+  auto errors = on_ranks(4, free_port(), [&](BroadcastGroup& g) {
+    auto& mine = data[static_cast<std::size_t>(g.rank())];
+    g.broadcast(mine.data(), mine.size() * 4, 0, "broadcast of 'w'");
+  });
+  for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
     EXPECT_EQ(data[static_cast<std::size_t>(r)], data[0]) << "rank " << r;
   }
+}
+
+// Longer or shorter than a receiver expects: that receiver refuses before a byte lands, naming
+// the broadcast and both sizes; its memory is as it was.
+TEST(BroadcastGroup, ABroadcastOfAnotherLengthIsRefusedBeforeAByteLands) {
+  for (std::size_t sent : {std::size_t{1200}, std::size_t{800}}) {
+    std::vector<std::vector<unsigned char>> data(2, std::vector<unsigned char>(2000, 7));
+    std::fill(data[0].begin(), data[0].end(), 1);
+    auto errors = on_ranks(2, free_port(), [&](BroadcastGroup& g) {
+      if (g.rank() == 0) {
+        try {
+          g.broadcast(data[0].data(), sent, 0, "broadcast of 'w'");
+        } catch (const sdk::Error&) {  // its receiver left
+        }
+      } else {
+        g.broadcast(data[1].data(), 1000, 0, "broadcast of 'w'");
+      }
+    });
+    EXPECT_THAT(errors[1],
+                HasSubstr(fmt::format("broadcast of 'w': the sender broadcast {} bytes, this rank "
+                                      "expected 1000; nothing of it was taken",
+                                      sent)));
+    EXPECT_EQ(data[1], std::vector<unsigned char>(2000, 7));
+  }
+}
+
+// A peer that holds the store's secret but cannot answer the pair challenge (here: answers it
+// with made-up bytes) fails the group at rank 0, naming the rank, before anything else is sent.
+TEST(BroadcastGroup, APeerFailingThePairChallengeFailsTheGroupNamingIt) {
+  const int port = free_port();
+  std::string error;
+  std::thread root([&] {
+    try {
+      CommunicatorOptions o = options(0, 2, port);
+      BroadcastGroup g(o);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  TcpStoreClient store("127.0.0.1", port, kSecret, Clock::now() + 10s);
+  gloo::transport::tcp::attr attr("127.0.0.1");
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(1, 2);
+  context->setTimeout(10s);
+  context->connectFullMesh(store, device);
+  for (std::size_t each : {std::size_t{16}, std::size_t{32}}) {  // a nonce, then an answer
+    const uint64_t slot = static_cast<uint64_t>(context->nextSlot());
+    std::vector<unsigned char> out(2 * each, 0x5a), in(2 * each);
+    auto s = context->createUnboundBuffer(out.data(), out.size());
+    auto r = context->createUnboundBuffer(in.data(), in.size());
+    r->recv(0, slot, 0, each);
+    s->send(0, slot, 0, each);
+    r->waitRecv(10s);
+    s->waitSend(10s);
+  }
+  root.join();
+  EXPECT_THAT(error, HasSubstr("the peer connected as rank 1 did not prove the session secret"));
+}
+
+// A root with three children waits for each send in turn; abort ends every one of those waits.
+TEST(BroadcastGroup, AbortEndsEveryWaitOfARootWithThreeChildren) {
+  std::vector<unsigned char> data(1 << 20, 3);
+  std::atomic<BroadcastGroup*> root{nullptr};
+  std::chrono::milliseconds took{0};
+  std::atomic<bool> done{false};
+  auto errors = on_ranks(4, free_port(), [&](BroadcastGroup& g) {
+    if (g.rank() != 0) {  // the children stay, and never post their receives
+      while (!done) std::this_thread::sleep_for(10ms);
+      return;
+    }
+    struct Done {
+      std::atomic<bool>& d;
+      ~Done() { d = true; }
+    } mark{done};
+    root = &g;
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(300ms);
+      const auto t0 = Clock::now();
+      g.abort();
+      took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    });
+    const auto t0 = Clock::now();
+    try {
+      g.broadcast(data.data(), data.size(), 0, "broadcast of 'w'");
+    } catch (...) {
+      aborter.join();
+      EXPECT_LT(Clock::now() - t0, 2s) << "the abort ended every wait";
+      throw;
+    }
+    aborter.join();
+  });
+  EXPECT_THAT(errors[0], HasSubstr("broadcast of 'w': aborted"));
+  std::cout << "abort of a root with 3 children returned in " << took.count() << " ms\n";
+}
+
+// The receiving process dies while rank 0 writes to it: rank 0's broadcast fails with an error;
+// the process is not ended by SIGPIPE (whose default action this test leaves in place).
+TEST(BroadcastGroup, APeerThatDiedUnderAWriteIsAnErrorNotSigpipe) {
+  ASSERT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_DFL);
+  const int port = free_port();
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      CommunicatorOptions o = options(1, 2, port);
+      BroadcastGroup g(o);
+      std::thread([] {
+        std::this_thread::sleep_for(150ms);
+        ::_exit(0);  // dies in the middle of receiving
+      }).detach();
+      std::vector<unsigned char> in(std::size_t{256} << 20);
+      g.broadcast(in.data(), in.size(), 0, "broadcast of 'w'");
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  CommunicatorOptions o = options(0, 2, port);
+  BroadcastGroup g(o);
+  std::vector<unsigned char> data(std::size_t{256} << 20, 1);
+  int failures = 0;
+  for (int i = 0; i < 3 && failures == 0; ++i) {
+    try {
+      g.broadcast(data.data(), data.size(), 0, "broadcast of 'w'");
+    } catch (const sdk::Error& e) {
+      ++failures;
+      EXPECT_THAT(e.what(), HasSubstr("broadcast of 'w'"));
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(failures, 1);
 }
 
 }  // namespace

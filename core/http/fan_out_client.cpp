@@ -7,6 +7,8 @@
 
 #include <exception>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 namespace wt {
@@ -14,16 +16,29 @@ namespace wt {
 namespace {
 
 // Runs call(i) for every replica at once (the last on this thread) and waits for all; then
-// rethrows the first failure by index, naming the replica.
+// rethrows the first failure by index, naming the replica. With `fail_fast`, the first failure
+// interrupts the others' calls in flight (their receivers wait inside a collective that will
+// not complete without the one that failed), and the failure reported is the one that came
+// first, not the interruptions it caused.
 void on_all(const std::vector<FanOutClient::Replica>& replicas,
-            const std::function<void(std::size_t)>& call) {
+            const std::function<void(std::size_t)>& call, bool fail_fast = false) {
   if (replicas.size() == 1) return call(0);  // one deployment: its own words
   std::vector<std::exception_ptr> errors(replicas.size());
+  std::mutex mu;
+  std::optional<std::size_t> first;  // the replica whose failure came first
   auto run = [&](std::size_t i) {
     try {
       call(i);
     } catch (...) {
       errors[i] = std::current_exception();
+      if (!fail_fast) return;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (first) return;
+        first = i;
+      }
+      for (std::size_t j = 0; j < replicas.size(); ++j)
+        if (j != i) replicas[j].client->abort_calls();
     }
   };
   std::vector<std::thread> threads;
@@ -31,8 +46,7 @@ void on_all(const std::vector<FanOutClient::Replica>& replicas,
   for (std::size_t i = 0; i + 1 < replicas.size(); ++i) threads.emplace_back(run, i);
   run(replicas.size() - 1);
   for (auto& t : threads) t.join();
-  for (std::size_t i = 0; i < errors.size(); ++i) {
-    if (!errors[i]) continue;
+  auto rethrow = [&](std::size_t i) {
     const std::string who =
         fmt::format("receiver {} of {} ({})", i + 1, replicas.size(), replicas[i].name);
     try {
@@ -42,7 +56,10 @@ void on_all(const std::vector<FanOutClient::Replica>& replicas,
     } catch (const std::exception& e) {
       throw Error(WT_ERR_INTERNAL, fmt::format("{}: {}", who, e.what()));
     }
-  }
+  };
+  if (first) rethrow(*first);
+  for (std::size_t i = 0; i < errors.size(); ++i)
+    if (errors[i]) rethrow(i);
 }
 
 }  // namespace
@@ -92,7 +109,9 @@ void FanOutClient::start_weight_update() {
 }
 
 void FanOutClient::update_weights(std::string_view update_info_json) {
-  on_all(replicas_, [&](std::size_t i) { replicas_[i].client->update_weights(update_info_json); });
+  on_all(
+      replicas_, [&](std::size_t i) { replicas_[i].client->update_weights(update_info_json); },
+      true);
 }
 
 void FanOutClient::finish_weight_update(const std::optional<std::string>& weight_version) {

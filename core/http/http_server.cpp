@@ -76,13 +76,45 @@ Ms transfer_allowance(const HttpServer::Options& o, uint64_t bytes) {
   return std::min(o.body_timeout, Ms(static_cast<int64_t>(kDay))) + Ms(static_cast<int64_t>(ms));
 }
 
+// When the calling pool thread's connection was accepted.
+thread_local Clock::time_point accepted_at{};
+
+// httplib's pool, remembering when each connection was accepted: a connection that waited for a
+// thread has already used that time of its header deadline.
+// It also tells when a connection waits for a thread: the pool is then under pressure, and
+// connections that only idle or dawdle over their headers give their thread up (Connection::wait).
+class Pool final : public httplib::TaskQueue {
+ public:
+  explicit Pool(unsigned n) : pool_(std::max(n, 1u)) {}
+  void enqueue(std::function<void()> fn) override {
+    ++waiting_;
+    pool_.enqueue([this, fn = std::move(fn), t = Clock::now()] {
+      --waiting_;
+      accepted_at = t;
+      fn();
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+  bool pressed() const { return waiting_.load() > 0; }
+
+ private:
+  std::atomic<int> waiting_{0};
+  httplib::ThreadPool pool_;
+};
+
+// How long a connection may wait on its client, idle or mid-headers, while another waits for
+// its thread.
+constexpr Ms kYieldUnderPressure{100};
+
 // One client connection, served by one pool thread from accept to close. Its read buffer lives as
 // long as the connection, so pipelined requests are not lost between requests.
 struct Connection {
-  Connection(int fd, int stop_fd, const HttpServer::Options& o) : fd(fd), stop_fd(stop_fd), o(o) {}
+  Connection(int fd, int stop_fd, const HttpServer::Options& o, const Pool* pool)
+      : fd(fd), stop_fd(stop_fd), o(o), pool(pool) {}
 
   const int fd, stop_fd;
   const HttpServer::Options& o;
+  const Pool* pool;  // null outside a listening server
   std::vector<char> buf = std::vector<char>(std::size_t{64} << 10);
   std::size_t off = 0, len = 0;
 
@@ -96,6 +128,7 @@ struct Connection {
   Cut cut = Cut::none;
   bool wrote = false;       // some of an answer was written
   bool must_close = false;  // the framing of what follows is unknown
+  bool yielded = false;     // gave its thread up to a connection waiting for one
   int refuse_status = 0;
   std::string refuse_detail;
 
@@ -114,12 +147,20 @@ struct Connection {
   bool buffered() const { return off < len; }
   bool unread_body() const { return must_close || body_taken < body_length; }
 
-  // 1: `events` ready on the socket; 0: `until` passed; -1: stopping or poll failed.
+  // 1: `events` ready on the socket; 0: `until` passed, or the pool is under pressure and this
+  // wait is for an idle connection or for headers; -1: stopping or poll failed.
   int wait(short events, Clock::time_point until) {
+    const bool yields = events == POLLIN && !in_body;
+    const auto began = Clock::now();
     for (;;) {
       auto now = Clock::now();
       if (now >= until) return 0;
+      if (yields && pool != nullptr && pool->pressed() && now - began >= kYieldUnderPressure) {
+        yielded = true;
+        return 0;
+      }
       auto left = std::chrono::ceil<Ms>(until - now).count();
+      if (yields) left = std::min<int64_t>(left, kYieldUnderPressure.count());
       pollfd fds[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
       int r = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left, INT_MAX)));
       if (r < 0) {
@@ -245,24 +286,6 @@ class ConnectionStream final : public httplib::Stream {
 // The connection the calling pool thread serves (httplib's hooks run on that thread), and when
 // that connection was accepted.
 thread_local Connection* current = nullptr;
-thread_local Clock::time_point accepted_at{};
-
-// httplib's pool, remembering when each connection was accepted: a connection that waited for a
-// thread has already used that time of its header deadline.
-class Pool final : public httplib::TaskQueue {
- public:
-  explicit Pool(unsigned n) : pool_(std::max(n, 1u)) {}
-  void enqueue(std::function<void()> fn) override {
-    pool_.enqueue([fn = std::move(fn), t = Clock::now()] {
-      accepted_at = t;
-      fn();
-    });
-  }
-  void shutdown() override { pool_.shutdown(); }
-
- private:
-  httplib::ThreadPool pool_;
-};
 
 // Equal-length comparison over the whole expected string; its time depends only on the length of
 // `expected`, never on where `got` first differs or on its length.
@@ -385,7 +408,11 @@ class WtHttpServer final : public httplib::Server {
     if (::pipe2(stop_pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
       throw Error(WT_ERR_SYSTEM, fmt::format("pipe2: {}", std::strerror(errno)));
     unsigned threads = o_.threads;
-    new_task_queue = [threads] { return new Pool(threads); };
+    new_task_queue = [this, threads] {
+      auto* p = new Pool(threads);
+      pool_ = p;
+      return p;
+    };
   }
   ~WtHttpServer() override {
     ::close(stop_pipe_[0]);
@@ -424,6 +451,7 @@ class WtHttpServer final : public httplib::Server {
   std::map<std::string, std::set<std::string>> routes_;
   int stop_pipe_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
+  std::atomic<const Pool*> pool_{nullptr};  // the listening server's
 };
 
 bool WtHttpServer::process_and_close_socket(socket_t sock) {
@@ -443,7 +471,7 @@ bool WtHttpServer::process_and_close_socket(socket_t sock) {
 
 // The requests of one connection, until it closes, is cut, or the server stops.
 bool WtHttpServer::serve(socket_t sock) {
-  Connection c(sock, stop_pipe_[0], o_);
+  Connection c(sock, stop_pipe_[0], o_, pool_.load());
   current = &c;
   auto start = accepted_at == Clock::time_point{} ? Clock::now() : accepted_at;
   bool ret = false, linger = false;
@@ -463,7 +491,11 @@ bool WtHttpServer::serve(socket_t sock) {
                           [this, &c](httplib::Request& req) { gate(c, req); });
     if (!ret && !c.wrote && c.taken > 0) {
       // Cut inside the request line, where httplib gives up without answering.
-      if (c.cut == Cut::timeout)
+      if (c.cut == Cut::timeout && c.yielded)
+        c.answer(408, "Request Timeout",
+                 "request headers not received in time: the server is busy, and a connection "
+                 "waiting for a thread goes first");
+      else if (c.cut == Cut::timeout)
         c.answer(408, "Request Timeout",
                  fmt::format("request headers not received within {}", seconds(o_.header_timeout)));
       else if (c.cut == Cut::too_large)
@@ -513,9 +545,19 @@ void WtHttpServer::gate(Connection& c, httplib::Request& req) {
     };
     std::string encoding = lower(req.get_header_value("Content-Encoding"));
     auto route = routes_.find(req.path);
+    // Under pressure every answer closes its connection, so that kept-alive pollers hand their
+    // threads to whoever waits; a client without the token is never kept.
+    const Pool* pool = pool_.load();
+    if (pool != nullptr && pool->pressed()) {
+      req.headers.erase("Connection");
+      req.set_header("Connection", "close");
+    }
     if (!o_.bearer_token.empty() &&
-        !same_secret(req.get_header_value("Authorization"), "Bearer " + o_.bearer_token))
+        !same_secret(req.get_header_value("Authorization"), "Bearer " + o_.bearer_token)) {
+      req.headers.erase("Connection");
+      req.set_header("Connection", "close");
       return refuse(401, "missing or wrong bearer token");
+    }
     if (route == routes_.end()) return refuse(404, fmt::format("no route {}", req.path));
     if (!route->second.count(req.method))
       return refuse(405, fmt::format("{} does not accept {}", req.path, req.method));

@@ -1,17 +1,18 @@
 #include <wt/services/receiver.hpp>
 
-#include <wt/services/checksum.hpp>
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
 #include <wt/log.hpp>
 #include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/parallel_for.hpp>
+#include <wt/services/checksum.hpp>
 
 #include "sparse_patches.hpp"
 #include "staging_arena.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -151,7 +152,11 @@ class Receiver::RoundLoader final : public Loader {
   uint64_t bytes = 0;
   uint64_t written_in_place = 0;
 
-  void load(std::span<const wt_tensor> tensors) override { bytes += r_.load(tensors); }
+  void load(std::span<const wt_tensor> tensors) override {
+    for (const auto& t : tensors)
+      check_held(t.name ? t.name : "", t.tensor.dtype, t.tensor.shape, t.tensor.ndim);
+    bytes += r_.load(tensors);
+  }
 
   std::optional<DLTensor> destination(const ParamMeta& p) override {
     if (r_.options_.device.device_type != kDLCPU) return std::nullopt;  // staged in host memory
@@ -160,6 +165,7 @@ class Receiver::RoundLoader final : public Loader {
       throw Error(
           WT_ERR_INVALID_ARGUMENT,
           fmt::format("destination for '{}': a bad shape (negative, or too many bytes)", p.name));
+    check_held(p.name, p.dtype, p.shape.data(), static_cast<int32_t>(p.shape.size()));
     // Asked again for the same name: the earlier memory stays valid until receive returns.
     if (auto earlier = pending_.extract(p.name)) superseded_.push_back(std::move(earlier.mapped()));
     auto slot = r_.take_slot(p.name, nbytes, p.dtype);
@@ -249,6 +255,27 @@ class Receiver::RoundLoader final : public Loader {
   }
 
  private:
+  // Once the receiver holds a model (a base checkpoint, or a first full round), a round names
+  // only tensors it holds, as it holds them, as vLLM's loader insists: a trainer that drifted
+  // (renamed, reshaped or recast a parameter) is refused here, not verified against itself.
+  void check_held(const std::string& name, DLDataType dtype, const int64_t* shape, int32_t ndim) {
+    if (r_.committed_.empty()) return;
+    auto it = r_.committed_.find(name);
+    if (it == r_.committed_.end())
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("the update names tensor '{}', which the model this receiver holds "
+                              "does not have",
+                              name));
+    const Tensor& held = it->second;
+    const std::vector<int64_t> got(shape, shape + std::max(ndim, 0));
+    if (!(held.dtype == dtype) || held.shape != got)
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("tensor '{}' arrives as {} {}, but the model this receiver holds "
+                              "has it as {} {}",
+                              name, torch_name(dtype), fmt::join(got, "x"), torch_name(held.dtype),
+                              fmt::join(held.shape, "x")));
+  }
+
   Receiver& r_;
   TensorMap pending_;               // handed out, not yet written
   std::vector<Tensor> superseded_;  // handed out, then asked for again: freed at the end

@@ -21,6 +21,10 @@ struct CommunicatorOptions {
   int world_size = 0;
   std::chrono::milliseconds rendezvous_timeout{60'000};
   std::chrono::milliseconds transfer_timeout{300'000};
+  // Gloo only: the session secret (hex, session_secret.hpp) every rank proves before a weight
+  // byte moves, and where the sender's store reports the strangers it dropped.
+  std::string session_secret;
+  std::function<void(const std::string&)> warn;
 };
 
 class Communicator {

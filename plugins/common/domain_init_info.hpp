@@ -6,6 +6,7 @@
 #include "domains.hpp"
 #include "rendezvous_fields.hpp"
 
+#include <wt/sdk/host_log.hpp>
 #include <wt/sdk/plugin.hpp>
 
 namespace wt::plugins {
@@ -19,8 +20,10 @@ struct DomainInitInfo : sdk::InitInfoBase {
   int cuda_device() const { return RendezvousFields::cuda_device(device); }
   int64_t rank() const override { return rendezvous.rank; }
 
-  SenderDomain sender_domain() const {
+  // `log`: where the store reports the strangers it dropped.
+  SenderDomain sender_domain(const sdk::HostLog& log) const {
     SenderDomain d;
+    d.warn = [log](const std::string& m) { log.warn("{}", m); };
     d.rendezvous = rendezvous;
     d.cuda_device = cuda_device();
     d.rendezvous_timeout = std::chrono::seconds(rendezvous_timeout_s);

@@ -2,6 +2,8 @@
 
 #include "broadcast_group.hpp"
 #include "nccl_communicator.hpp"
+#include "session_secret.hpp"
+#include "tcp_store.hpp"
 
 namespace wt::plugins {
 
@@ -19,9 +21,19 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
   o.world_size = static_cast<int>(domain.rendezvous.world_size);
   o.rendezvous_timeout = domain.rendezvous_timeout;
   o.transfer_timeout = domain.transfer_timeout;
+  o.warn = domain.warn;
   std::optional<std::string> unique_id;
   if (!make && domain.cuda_device < 0) {
-    make = [](const CommunicatorOptions& opts) { return std::make_unique<BroadcastGroup>(opts); };
+    // A secret for this session, and the store listening before any receiver is told where to
+    // meet: a trainer that cannot host it sends no init.
+    const SessionSecret secret = SessionSecret::mint();
+    o.session_secret = secret.hex();
+    auto store = std::make_shared<std::unique_ptr<TcpStoreServer>>(
+        std::make_unique<TcpStoreServer>(o.master_address, o.master_port, secret,
+                                         TcpStoreServer::Limits::for_world(o.world_size), o.warn));
+    make = [store](const CommunicatorOptions& opts) {
+      return std::make_unique<BroadcastGroup>(opts, std::move(*store));
+    };
   } else if (!make) {
     unique_id = NcclCommunicator::unique_id_b64();
     make = [id = *unique_id, dev = domain.cuda_device](const CommunicatorOptions& opts) {
@@ -30,11 +42,10 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
     };
   }
   // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
+  nlohmann::json info = worker_init_info(unique_id);
+  if (!o.session_secret.empty()) info["session_secret"] = o.session_secret;
   auto rpc = std::make_unique<AsyncRpc>(
-      [client, text = worker_init_info(unique_id).dump()] {
-        client.init_weight_transfer_engine(text);
-      },
-      &aborted);
+      [client, text = info.dump()] { client.init_weight_transfer_engine(text); }, &aborted);
   std::unique_ptr<Communicator> comm;
   try {
     comm = make(o);
@@ -48,7 +59,7 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
 }
 
 WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::json& init_info,
-                            const std::string& backend) {
+                            const std::string& backend, const std::vector<std::string>& extra) {
   const std::string what = "init_info for backend '" + backend + "' (worker)";
   sdk::FieldReader r(init_info, what);
   WorkerInit w;
@@ -62,26 +73,49 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
     NcclCommunicator::decode_unique_id(w.unique_id, "nccl_unique_id_b64");
   } else {
     w.options.master_address = r.get_string("master_address");
-    w.options.master_port = static_cast<int>(r.get_int("master_port"));
+    const int64_t port = r.get_int("master_port");
+    if (port < 1 || port > 65535)
+      sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'master_port' must be in 1..65535, got {}", what, port);
+    w.options.master_port = static_cast<int>(port);
+    // Host memory: the secret the sender minted for this session (absent from older senders).
+    if (r.has("session_secret"))
+      w.options.session_secret =
+          SessionSecret::from_hex(r.get_string("session_secret"), "session_secret").hex();
   }
   const int64_t rank_offset = r.get_int("rank_offset");
-  w.options.world_size = static_cast<int>(r.get_int("world_size"));
+  const int64_t world_size = r.get_int("world_size");
   w.packed = r.opt_bool("packed", false);
   w.buffer_bytes = r.opt_int("packed_buffer_size_bytes", w.buffer_bytes);
   w.num_buffers = r.opt_int("packed_num_buffers", 2);
+  for (const auto& key : extra)
+    if (r.has(key)) w.extra[key] = r.get_string(key);
   r.finish();
+  if (world_size < 2 || world_size > kMaxWorld)
+    sdk::fail_field("world_size", WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: field 'world_size' must be in 2..{}, got {}", what, kMaxWorld,
+                    world_size);
+  w.options.world_size = static_cast<int>(world_size);
   if (rank_offset < 1 || rank_offset >= w.options.world_size)
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: rank_offset {} is not in 1..{}", what, rank_offset,
-         w.options.world_size - 1);
+    sdk::fail_field("rank_offset", WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: rank_offset {} is not in 1..{}", what, rank_offset,
+                    w.options.world_size - 1);
   if (w.buffer_bytes <= 0)
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_buffer_size_bytes must be > 0", what);
   if (w.num_buffers < 1 || w.num_buffers > 64)
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_num_buffers must be in 1..64", what);
   sdk::FieldReader b(context.backend_options,
                      "backend options for backend '" + backend + "' (worker)");
-  w.options.rendezvous_timeout = std::chrono::seconds(b.opt_int("rendezvous_timeout_s", 60));
-  w.options.transfer_timeout = std::chrono::seconds(b.opt_int("transfer_timeout_s", 300));
+  const int64_t rendezvous_s = b.opt_int("rendezvous_timeout_s", 60);
+  const int64_t transfer_s = b.opt_int("transfer_timeout_s", 300);
   b.finish();
+  for (auto [key, v] : {std::pair{"rendezvous_timeout_s", rendezvous_s},
+                        std::pair{"transfer_timeout_s", transfer_s}})
+    if (v < 1 || v > 86400)
+      sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field '{}' must be in 1..86400, got {}", b.what(), key, v);
+  w.options.rendezvous_timeout = std::chrono::seconds(rendezvous_s);
+  w.options.transfer_timeout = std::chrono::seconds(transfer_s);
   w.options.rank = static_cast<int>(rank_offset);
   return w;
 }

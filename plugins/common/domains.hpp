@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,7 @@ struct SenderDomain {
   int cuda_device = -1;  // -1: host memory
   std::chrono::seconds rendezvous_timeout{60};
   std::chrono::seconds transfer_timeout{300};
+  std::function<void(const std::string&)> warn;  // the host's log: strangers the store dropped
 };
 
 // The worker init info to ship, given the unique id of a CUDA domain (none for host memory).
@@ -50,11 +52,16 @@ struct WorkerInit {
   bool packed = false;          // vLLM's worker default
   int64_t buffer_bytes = int64_t{1} << 30;
   int64_t num_buffers = 2;
+  std::map<std::string, std::string> extra;  // the backend's own string fields, when present
 };
 
+// The largest world a worker accepts (ranks are ints on every transport).
+constexpr int64_t kMaxWorld = 65536;
+
 // Reads and checks a worker init info and the receiver-side options; errors name the field.
+// `extra`: optional string fields of the backend's own wire (kept in WorkerInit::extra).
 WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::json& init_info,
-                            const std::string& backend);
+                            const std::string& backend, const std::vector<std::string>& extra = {});
 
 // Joins: NCCL on a CUDA device (needs the unique id), Gloo on the CPU (needs address and port);
 // the other way round is refused with the reason. make: empty for those (tests pass a spy).

@@ -138,6 +138,9 @@ struct NcclCommunicator::State {
   std::atomic<bool> aborted{false};
   std::atomic<bool> broken{false};
 
+  // A constructor that throws runs no destructor: the communicator it made goes with its state.
+  ~State() { kill(); }
+
   // Aborts the communicator once; every later operation fails.
   void kill() {
     std::lock_guard<std::mutex> l(mu);

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -22,6 +23,10 @@ using sdk::fail;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint8_t kSet = 1, kGet = 2;
+constexpr uint8_t kDone = 0, kMissing = 1, kExists = 2, kFull = 3;
+constexpr char kMagic[4] = {'W', 'T', 'S', '2'};
+constexpr std::size_t kMac = sizeof(Mac);
+constexpr std::size_t kMaxUnread = std::size_t{2} << 20;
 
 void put_u32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -31,6 +36,26 @@ uint32_t get_u32(const char* p) {
   for (int i = 0; i < 4; ++i)
     v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
+}
+
+// What a MAC of one request or answer covers: both nonces, its sequence number, its bytes.
+std::string mac_input(const Nonce& s, const Nonce& c, uint64_t seq, std::string_view bytes) {
+  std::string m(as_view(s));
+  m.append(as_view(c));
+  for (int i = 0; i < 8; ++i) m.push_back(static_cast<char>((seq >> (8 * i)) & 0xff));
+  m.append(bytes);
+  return m;
+}
+std::string hello_input(const Nonce& s, const Nonce& c) {
+  return std::string(as_view(s)).append(as_view(c));
+}
+Mac mac_at(const char* p) {
+  Mac m{};
+  std::memcpy(m.data(), p, m.size());
+  return m;
+}
+void append_mac(std::string& out, const Mac& m) {
+  out.append(reinterpret_cast<const char*>(m.data()), m.size());
 }
 
 addrinfo* resolve(const std::string& address, int port, bool passive) {
@@ -50,12 +75,47 @@ int remaining_ms(Clock::time_point deadline) {
   return left.count() <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1'000'000));
 }
 
+std::string peer_name(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "an unknown peer";
+  const bool v6 = ss.ss_family == AF_INET6;
+  const void* a = v6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+                     : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+  ::inet_ntop(ss.ss_family, a, buf, sizeof buf);
+  const int port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                            : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return std::string(buf) + ":" + std::to_string(port);
+}
+
 }  // namespace
+
+TcpStoreServer::Limits TcpStoreServer::Limits::for_world(int world_size) {
+  Limits l;
+  const auto n = static_cast<std::size_t>(std::max(world_size, 1));
+  l.max_keys = 4 * n + 16;
+  l.max_connections = n + 16;
+  l.max_stored_bytes =
+      std::min<std::size_t>(std::size_t{64} << 20, (n + 4) * (std::size_t{64} << 10));
+  return l;
+}
 
 // ---- server -----------------------------------------------------------------------------------
 
-TcpStoreServer::TcpStoreServer(const std::string& address, int port, Limits limits)
-    : limits_(limits) {
+struct TcpStoreServer::Conn {
+  int fd = -1;
+  std::string who;
+  std::string in, out;
+  bool authenticated = false;
+  Nonce snonce{}, cnonce{};
+  uint64_t seq = 0;
+  Clock::time_point opened{}, last_request{}, request_started{};
+};
+
+TcpStoreServer::TcpStoreServer(const std::string& address, int port, const SessionSecret& secret,
+                               Limits limits, Warn warn)
+    : secret_(secret), prefix_(secret.session_id() + "/"), limits_(limits), warn_(std::move(warn)) {
   addrinfo* res = resolve(address, port, true);
   int err = 0;
   for (addrinfo* a = res; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
@@ -95,30 +155,125 @@ TcpStoreServer::~TcpStoreServer() {
   ::close(wake_[1]);
 }
 
+std::string TcpStoreServer::failure() const {
+  std::lock_guard<std::mutex> l(failure_mu_);
+  return failure_;
+}
+
+void TcpStoreServer::refuse(const Conn& c, const std::string& why) {
+  ++rejected_;
+  if (warn_) warn_(fmt::format("rendezvous store: dropped the connection from {}: {}", c.who, why));
+}
+
 void TcpStoreServer::serve() {
-  struct Conn {
-    int fd;
-    std::string in, out;
-    Clock::time_point request_started{};  // of the partial request in `in`
-  };
-  std::vector<Conn> conns;
+  try {
+    serve_loop();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> l(failure_mu_);
+    failure_ = fmt::format("the rendezvous store stopped: {}", e.what());
+  }
+  if (warn_ && !failure().empty()) warn_(failure());
+}
+
+// Consumes what `c.in` holds; false when the connection must be dropped.
+bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
+  if (!c.authenticated) {
+    if (c.in.size() < sizeof(Nonce) + kMac) return c.in.size() <= sizeof(Nonce) + kMac;
+    std::memcpy(c.cnonce.data(), c.in.data(), sizeof(Nonce));
+    const Mac expect = secret_.mac("wt store hello", hello_input(c.snonce, c.cnonce));
+    if (!same_mac(expect, mac_at(c.in.data() + sizeof(Nonce)))) {
+      refuse(c, "it did not prove the session secret");
+      return false;
+    }
+    c.authenticated = true;
+    c.last_request = now;
+    c.in.erase(0, sizeof(Nonce) + kMac);
+    append_mac(c.out, secret_.mac("wt store welcome", hello_input(c.snonce, c.cnonce)));
+  }
+  while (c.in.size() >= 5) {
+    const uint8_t op = static_cast<uint8_t>(c.in[0]);
+    const uint32_t klen = get_u32(c.in.data() + 1);
+    if ((op != kSet && op != kGet) || klen > limits_.max_key) {
+      refuse(c, "a malformed request");
+      return false;
+    }
+    std::size_t body = 5 + klen;
+    uint32_t vlen = 0;
+    if (op == kSet) {
+      if (c.in.size() < body + 4) break;
+      vlen = get_u32(c.in.data() + body);
+      if (vlen > limits_.max_value) {
+        refuse(c, fmt::format("a value of {} bytes (at most {})", vlen, limits_.max_value));
+        return false;
+      }
+      body += 4 + vlen;
+    }
+    if (c.in.size() < body + kMac) break;
+    const std::string_view request(c.in.data(), body);
+    if (!same_mac(secret_.mac("wt store request", mac_input(c.snonce, c.cnonce, c.seq, request)),
+                  mac_at(c.in.data() + body))) {
+      refuse(c, "a request whose MAC is not the session's");
+      return false;
+    }
+    const std::string key = c.in.substr(5, klen);
+    std::string answer;
+    if (key.compare(0, prefix_.size(), prefix_) != 0) {
+      refuse(c, fmt::format("key '{}' is not in this session's namespace", key));
+      return false;
+    }
+    if (op == kSet) {
+      if (data_.count(key)) {
+        answer.push_back(static_cast<char>(kExists));
+      } else if (data_.size() >= limits_.max_keys ||
+                 stored_bytes_ + vlen + key.size() > limits_.max_stored_bytes) {
+        answer.push_back(static_cast<char>(kFull));
+      } else {
+        const char* v = c.in.data() + 5 + klen + 4;
+        data_[key].assign(v, v + vlen);
+        stored_bytes_ += vlen + key.size();
+        answer.push_back(static_cast<char>(kDone));
+      }
+    } else if (auto it = data_.find(key); it == data_.end()) {
+      answer.push_back(static_cast<char>(kMissing));
+    } else {
+      answer.push_back(static_cast<char>(kDone));
+      put_u32(answer, static_cast<uint32_t>(it->second.size()));
+      answer.append(it->second.data(), it->second.size());
+    }
+    const Mac m = secret_.mac("wt store answer", mac_input(c.snonce, c.cnonce, c.seq, answer));
+    ++c.seq;
+    c.out += answer;
+    append_mac(c.out, m);
+    c.in.erase(0, body + kMac);
+    c.last_request = now;
+    c.request_started = now;
+  }
+  return true;
+}
+
+void TcpStoreServer::serve_loop() {
+  std::vector<std::unique_ptr<Conn>> conns;
   auto drop = [&](std::size_t i) {
-    ::close(conns[i].fd);
+    ::close(conns[i]->fd);
     conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
     ++dropped_;
   };
+  struct CloseAll {
+    std::vector<std::unique_ptr<Conn>>& c;
+    ~CloseAll() {
+      for (auto& x : c) ::close(x->fd);
+    }
+  } close_all{conns};
+  const std::size_t max_request = 5 + limits_.max_key + 4 + limits_.max_value + kMac;
   for (;;) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
     for (auto& c : conns)
-      fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+      fds.push_back({c->fd, static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
     ::poll(fds.data(), fds.size(), 100);
-    if (fds[0].revents) {
-      for (auto& c : conns) ::close(c.fd);
-      return;
-    }
+    if (fds[0].revents) return;
     const auto now = Clock::now();
     for (std::size_t i = conns.size(); i-- > 0;) {
-      Conn& c = conns[i];
+      Conn& c = *conns[i];
       const short ev = fds[i + 2].revents;
       bool bad = ev & (POLLERR | POLLNVAL);
       if (!bad && (ev & POLLOUT) && !c.out.empty()) {
@@ -130,58 +285,25 @@ void TcpStoreServer::serve() {
       }
       if (!bad && (ev & (POLLIN | POLLHUP))) {
         char buf[65536];
-        ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) bad = true;
+        // Never more than one request's worth held: a client cannot make the server buffer more.
+        const std::size_t room = max_request + kMac - std::min(c.in.size(), max_request + kMac);
+        ssize_t n = room == 0 ? 0 : ::recv(c.fd, buf, std::min(sizeof buf, room), 0);
+        if (room == 0 || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) bad = true;
         if (n > 0) {
           if (c.in.empty()) c.request_started = now;
           c.in.append(buf, static_cast<std::size_t>(n));
+          bad = !handle_input(c, now);
         }
       }
-      // Complete requests, in order.
-      while (!bad && c.in.size() >= 5) {
-        const uint8_t op = static_cast<uint8_t>(c.in[0]);
-        const uint32_t klen = get_u32(c.in.data() + 1);
-        if ((op != kSet && op != kGet) || klen > limits_.max_key) {
-          bad = true;
-          break;
-        }
-        std::size_t need = 5 + klen;
-        uint32_t vlen = 0;
-        if (op == kSet) {
-          if (c.in.size() < need + 4) break;
-          vlen = get_u32(c.in.data() + need);
-          if (vlen > limits_.max_value) {
-            bad = true;
-            break;
-          }
-          need += 4 + vlen;
-        }
-        if (c.in.size() < need) break;
-        std::string key = c.in.substr(5, klen);
-        if (op == kSet) {
-          if (!data_.count(key) && data_.size() >= limits_.max_keys) {
-            bad = true;
-            break;
-          }
-          const char* v = c.in.data() + 5 + klen + 4;
-          data_[key].assign(v, v + vlen);
-          c.out.push_back('\0');
-        } else {
-          auto it = data_.find(key);
-          if (it == data_.end()) {
-            c.out.push_back('\1');
-          } else {
-            c.out.push_back('\0');
-            put_u32(c.out, static_cast<uint32_t>(it->second.size()));
-            c.out.append(it->second.data(), it->second.size());
-          }
-        }
-        c.in.erase(0, need);
-        c.request_started = now;
+      if (!bad && !c.authenticated && now - c.opened > limits_.auth_deadline) {
+        refuse(c,
+               fmt::format("it did not authenticate within {} ms", limits_.auth_deadline.count()));
+        bad = true;
       }
-      // A request that does not arrive whole in time, or answers piling up unread: drop the client.
       if (!bad && !c.in.empty() && now - c.request_started > limits_.request_deadline) bad = true;
-      if (c.out.size() > 2 * limits_.max_value + 64) bad = true;
+      if (!bad && c.in.empty() && c.authenticated && now - c.last_request > limits_.idle_deadline)
+        bad = true;
+      if (c.out.size() > kMaxUnread + limits_.max_value) bad = true;
       if (bad) drop(i);
     }
     // Accepted after the connections polled above were served: fds[] indexes only those.
@@ -189,12 +311,25 @@ void TcpStoreServer::serve() {
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) {
         if (conns.size() >= limits_.max_connections) {
+          // Strangers cannot hold the slots: the oldest connection still unauthenticated goes.
+          auto oldest = std::find_if(conns.begin(), conns.end(),
+                                     [](const auto& c) { return !c->authenticated; });
+          if (oldest != conns.end()) drop(static_cast<std::size_t>(oldest - conns.begin()));
+        }
+        if (conns.size() >= limits_.max_connections) {
           ::close(fd);
           ++dropped_;
         } else {
           int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          conns.push_back({fd, {}, {}, {}});
+          auto c = std::make_unique<Conn>();
+          c->fd = fd;
+          c->who = peer_name(fd);
+          c->opened = now;
+          c->snonce = random_nonce();
+          c->out.assign(kMagic, sizeof kMagic);
+          c->out.append(as_view(c->snonce));
+          conns.push_back(std::move(c));
         }
       }
     }
@@ -203,12 +338,14 @@ void TcpStoreServer::serve() {
 
 // ---- client -----------------------------------------------------------------------------------
 
-TcpStoreClient::TcpStoreClient(const std::string& address, int port,
-                               std::chrono::milliseconds deadline)
-    : where_(address + ":" + std::to_string(port)), deadline_(deadline) {
-  const auto until = Clock::now() + deadline;
+TcpStoreClient::TcpStoreClient(const std::string& address, int port, const SessionSecret& secret,
+                               Clock::time_point until)
+    : where_(address + ":" + std::to_string(port)),
+      secret_(secret),
+      prefix_(secret.session_id() + "/"),
+      until_(until) {
   std::string last = "no attempt";
-  while (fd_ < 0) {
+  for (;;) {
     addrinfo* res = resolve(address, port, false);
     for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
       int fd =
@@ -217,7 +354,7 @@ TcpStoreClient::TcpStoreClient(const std::string& address, int port,
       int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
       if (rc != 0 && errno == EINPROGRESS) {
         pollfd p{fd, POLLOUT, 0};
-        if (::poll(&p, 1, std::min(remaining_ms(until), 1000)) == 1) {
+        if (::poll(&p, 1, std::min(remaining_ms(until_), 1000)) == 1) {
           int soerr = 0;
           socklen_t len = sizeof soerr;
           ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
@@ -237,10 +374,21 @@ TcpStoreClient::TcpStoreClient(const std::string& address, int port,
       }
     }
     ::freeaddrinfo(res);
-    if (fd_ >= 0) break;
-    if (Clock::now() >= until)
-      fail(WT_ERR_TIMEOUT, "cannot reach the rendezvous store at {} within {} ms: {}", where_,
-           deadline.count(), last);
+    bool foreign = false;
+    if (fd_ >= 0 && try_connect(&last, &foreign)) break;
+    // Our own sender listens before it tells anyone where to meet: a store that is not this
+    // session's will not become it.
+    if (foreign) {
+      ::close(fd_);
+      fd_ = -1;
+      fail(WT_ERR_REMOTE, "the rendezvous store at {} refused this session: {}", where_, last);
+    }
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    if (Clock::now() >= until_)
+      fail(WT_ERR_TIMEOUT, "cannot reach the rendezvous store at {} in time: {}", where_, last);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -249,77 +397,155 @@ TcpStoreClient::~TcpStoreClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-bool TcpStoreClient::request(uint8_t op, const std::string& key, const std::vector<char>* value,
-                             std::vector<char>* out, Clock::time_point deadline) {
+namespace {
+
+// Sends or receives exactly n bytes by `until`; the error names `what`.
+void io(int fd, bool sending, char* p, std::size_t n, Clock::time_point until,
+        const std::string& where, const std::string& what) {
+  while (n > 0) {
+    pollfd pf{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+    int ms = remaining_ms(until);
+    if (ms == 0 || ::poll(&pf, 1, ms) != 1)
+      fail(WT_ERR_TIMEOUT, "the rendezvous store at {} did not answer in time ({})", where, what);
+    ssize_t r = sending ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      fail(WT_ERR_REMOTE, "the rendezvous store at {} closed the connection ({}){}", where, what,
+           r < 0 ? std::string(": ") + std::strerror(errno) : "");
+    if (r > 0) {
+      p += r;
+      n -= static_cast<std::size_t>(r);
+    }
+  }
+}
+
+}  // namespace
+
+// The handshake on a fresh connection: false (with the reason) when the server is not up yet
+// or not this session's.
+bool TcpStoreClient::try_connect(std::string* why, bool* foreign) {
+  try {
+    char hello[4 + sizeof(Nonce)];
+    io(fd_, false, hello, sizeof hello, until_, where_, "hello");
+    if (std::memcmp(hello, kMagic, 4) != 0) {
+      *why = "what listens there is not a wt rendezvous store of this version";
+      *foreign = true;
+      return false;
+    }
+    std::memcpy(snonce_.data(), hello + 4, sizeof(Nonce));
+    cnonce_ = random_nonce();
+    std::string mine(as_view(cnonce_));
+    append_mac(mine, secret_.mac("wt store hello", hello_input(snonce_, cnonce_)));
+    io(fd_, true, mine.data(), mine.size(), until_, where_, "hello");
+    char welcome[kMac];
+    try {
+      io(fd_, false, welcome, sizeof welcome, until_, where_, "hello");
+    } catch (const sdk::Error&) {
+      *why =
+          "it dropped this session's hello: it holds another session's secret (another job's "
+          "store on this port?)";
+      *foreign = true;
+      return false;
+    }
+    if (!same_mac(secret_.mac("wt store welcome", hello_input(snonce_, cnonce_)),
+                  mac_at(welcome))) {
+      *why = "it does not hold this session's secret (another job's store on this port?)";
+      *foreign = true;
+      return false;
+    }
+    return true;
+  } catch (const sdk::Error& e) {
+    *why = e.what();  // e.g. the store dropped us: another job's store refused our secret
+    return false;
+  }
+}
+
+uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::vector<char>* value,
+                                std::vector<char>* out) {
+  const std::string wire_key = prefix_ + key;
+  const std::string what = "key '" + key + "'";
   std::string msg;
   msg.push_back(static_cast<char>(op));
-  put_u32(msg, static_cast<uint32_t>(key.size()));
-  msg += key;
+  put_u32(msg, static_cast<uint32_t>(wire_key.size()));
+  msg += wire_key;
   if (value != nullptr) {
     put_u32(msg, static_cast<uint32_t>(value->size()));
     msg.append(value->data(), value->size());
   }
-  auto io = [&](bool sending, char* p, std::size_t n) {
-    while (n > 0) {
-      pollfd pf{fd_, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-      int ms = remaining_ms(deadline);
-      if (ms == 0 || ::poll(&pf, 1, ms) != 1)
-        fail(WT_ERR_TIMEOUT, "the rendezvous store at {} did not answer in time (key '{}')", where_,
-             key);
-      ssize_t r = sending ? ::send(fd_, p, n, MSG_NOSIGNAL) : ::recv(fd_, p, n, 0);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        fail(WT_ERR_REMOTE, "the rendezvous store at {} closed the connection (key '{}'){}", where_,
-             key, r < 0 ? std::string(": ") + std::strerror(errno) : "");
-      if (r > 0) {
-        p += r;
-        n -= static_cast<std::size_t>(r);
-      }
-    }
-  };
-  io(true, msg.data(), msg.size());
-  char status = 0;
-  io(false, &status, 1);
-  if (op != kGet || status != 0) return status == 0;
-  char len[4];
-  io(false, len, 4);
-  out->resize(get_u32(len));
-  io(false, out->data(), out->size());
-  return true;
+  append_mac(msg, secret_.mac("wt store request",
+                              mac_input(snonce_, cnonce_, seq_, std::string_view(msg))));
+  io(fd_, true, msg.data(), msg.size(), until_, where_, what);
+  std::string answer(1, '\0');
+  io(fd_, false, answer.data(), 1, until_, where_, what);
+  const auto status = static_cast<uint8_t>(answer[0]);
+  if (op == kGet && status == kDone) {
+    char len[4];
+    io(fd_, false, len, 4, until_, where_, what);
+    const uint32_t n = get_u32(len);
+    if (n > (std::size_t{1} << 20))
+      fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} with {} bytes (at most 1 MiB)",
+           where_, what, n);
+    answer.append(len, 4);
+    out->resize(n);
+    io(fd_, false, out->data(), n, until_, where_, what);
+    answer.append(out->data(), n);
+  }
+  char mac[kMac];
+  io(fd_, false, mac, kMac, until_, where_, what);
+  if (!same_mac(secret_.mac("wt store answer", mac_input(snonce_, cnonce_, seq_, answer)),
+                mac_at(mac)))
+    fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} without this session's MAC", where_,
+         what);
+  ++seq_;
+  if (status > kFull)
+    fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} with status {}", where_, what,
+         status);
+  return status;
 }
 
 void TcpStoreClient::set(const std::string& key, const std::vector<char>& data) {
   std::lock_guard<std::mutex> l(mu_);
-  request(kSet, key, &data, nullptr, Clock::now() + deadline_);
+  if (data.size() > (std::size_t{1} << 20))
+    fail(WT_ERR_INVALID_ARGUMENT, "rendezvous key '{}': a value of {} bytes (at most 1 MiB)", key,
+         data.size());
+  const uint8_t status = request(kSet, key, &data, nullptr);
+  if (status == kExists)
+    fail(WT_ERR_STATE,
+         "rendezvous at {}: key '{}' is already set (two ranks with the same number?)", where_,
+         key);
+  if (status == kFull)
+    fail(WT_ERR_REMOTE, "rendezvous at {}: the store is full (key '{}')", where_, key);
 }
 
 std::vector<char> TcpStoreClient::get(const std::string& key) {
-  wait({key}, deadline_);
+  wait({key});
   std::lock_guard<std::mutex> l(mu_);
   std::vector<char> out;
-  if (!request(kGet, key, nullptr, &out, Clock::now() + deadline_))
+  if (request(kGet, key, nullptr, &out) != kDone)
     fail(WT_ERR_STATE, "the rendezvous store at {} lost key '{}'", where_, key);
   return out;
 }
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys) {
-  wait(keys, deadline_);
+  wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(until_ - Clock::now()));
 }
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys,
                           const std::chrono::milliseconds& timeout) {
-  const auto until = Clock::now() + timeout;
+  // Gloo passes its own timeout per key; the rendezvous's deadline bounds them all.
+  const auto now = Clock::now();
+  const auto until = std::min(until_, now + timeout);
+  const auto total = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
   std::vector<char> ignored;
   for (const auto& key : keys) {
     for (;;) {
       {
-        // Each poll has the connection's deadline; the wait as a whole has `timeout`.
         std::lock_guard<std::mutex> l(mu_);
-        if (request(kGet, key, nullptr, &ignored, Clock::now() + deadline_)) break;
+        if (request(kGet, key, nullptr, &ignored) == kDone) break;
       }
       if (Clock::now() >= until)
         fail(WT_ERR_TIMEOUT,
              "rendezvous at {}: key '{}' did not appear within {} ms (a peer that never joined?)",
-             where_, key, timeout.count());
+             where_, key, std::max<int64_t>(total.count(), 0));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }

@@ -2,21 +2,37 @@
 // hosts it at master_address:master_port (the Debian Gloo has no TCP store), every rank reaches
 // it as a gloo::rendezvous::Store. Compiled into each plugin that uses it (plugins/common).
 //
-// Wire (one TCP connection per client, requests answered in order):
-//   request  = op:u8  key_len:u32le  key  [value_len:u32le value]   (value only for SET)
-//   SET      -> status:u8 (0)
-//   GET      -> status:u8 (0 found, 1 missing)  [value_len:u32le value]
-// Bounds, so a hostile or broken peer cannot hold the server: keys up to 4 KiB, values up to
-// 16 MiB, at most 64 connections and 4,096 keys; a request must arrive whole within the
-// request deadline (a client sending a byte now and then is dropped); the server never blocks on
-// one client. Every client call has a deadline and fails with WT_ERR_TIMEOUT naming the keys.
+// Only holders of the session secret take part (session_secret.hpp). Wire, one TCP connection
+// per client, integers little-endian:
+//   server -> client  "WTS2" snonce:16                        on accept
+//   client -> server  cnonce:16  HMAC("wt store hello", snonce cnonce)
+//   server -> client  HMAC("wt store welcome", snonce cnonce)  the server proves it too
+//   request  = op:u8 key_len:u32 key [value_len:u32 value]  mac:32     (value only for SET)
+//   answer   = status:u8 [value_len:u32 value]               mac:32     (value only for a GET hit)
+// where a request's MAC is HMAC("wt store request", snonce cnonce seq:u64 request) and an
+// answer's HMAC("wt store answer", snonce cnonce seq:u64 answer), seq counting the connection's
+// requests from 0 (no request or answer can be replayed, reordered or moved to another
+// connection). Status: 0 done / found, 1 missing, 2 refused: the key exists (a key is set once,
+// by one client), 3 refused: the store is full. A connection that does not prove the secret
+// within the auth deadline, sends a bad MAC or a malformed request is dropped and reported
+// through `warn`.
+//
+// Bounds, whatever a client sends: keys up to 256 bytes, under the session's namespace; values up
+// to 1 MiB; keys and stored bytes for the session as a whole; connections enough for the world
+// (when full, the oldest connection that has not authenticated makes room); a request must arrive
+// whole within the request deadline, an authenticated connection may idle for the idle deadline;
+// answers pile up unread to 2 MiB at most. The server never blocks on one client, and an error
+// in its thread ends serving with a message (failure()), never the process.
 #pragma once
+
+#include "session_secret.hpp"
 
 #include <gloo/rendezvous/store.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,53 +45,84 @@ namespace wt::plugins {
 class TcpStoreServer {
  public:
   struct Limits {
-    std::size_t max_key = 4096;
-    std::size_t max_value = std::size_t{16} << 20;
+    std::size_t max_key = 256;
+    std::size_t max_value = std::size_t{1} << 20;
     std::size_t max_keys = 4096;
+    std::size_t max_stored_bytes = std::size_t{64} << 20;
     std::size_t max_connections = 64;
+    std::chrono::milliseconds auth_deadline{2'000};
     std::chrono::milliseconds request_deadline{10'000};
+    std::chrono::milliseconds idle_deadline{10'000};
+    // What a Gloo group of `world_size` ranks needs (two keys per rank, a few KiB each for a
+    // large world), with room for the ranks' reconnects and a few strangers.
+    static Limits for_world(int world_size);
   };
-  // Listens on address:port (port 0: any free port, see port()). Throws sdk::Error
-  // (WT_ERR_SYSTEM) naming the address when it cannot.
-  TcpStoreServer(const std::string& address, int port, Limits limits);
-  TcpStoreServer(const std::string& address, int port) : TcpStoreServer(address, port, Limits{}) {}
+  using Warn = std::function<void(const std::string&)>;
+
+  // Listens on address:port (port 0: any free port, see port()) before returning. Throws
+  // sdk::Error (WT_ERR_SYSTEM) naming the address when it cannot.
+  TcpStoreServer(const std::string& address, int port, const SessionSecret& secret, Limits limits,
+                 Warn warn = {});
   ~TcpStoreServer();  // stops serving and closes every connection
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   int port() const { return port_; }
   std::size_t connections_dropped() const { return dropped_.load(); }
+  std::size_t rejected() const { return rejected_.load(); }  // failed authentication
+  // Why serving stopped, when an error ended it (empty while serving).
+  std::string failure() const;
 
  private:
+  struct Conn;
   void serve();
+  void serve_loop();
+  bool handle_input(Conn& c, std::chrono::steady_clock::time_point now);
+  void refuse(const Conn& c, const std::string& why);
+
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop serve()
   int port_ = 0;
+  SessionSecret secret_;
+  std::string prefix_;  // session_id + "/": every key lives under it
   Limits limits_;
+  Warn warn_;
   std::map<std::string, std::vector<char>> data_;  // only serve() touches it
-  std::atomic<std::size_t> dropped_{0};
+  std::size_t stored_bytes_ = 0;
+  std::atomic<std::size_t> dropped_{0}, rejected_{0};
+  mutable std::mutex failure_mu_;
+  std::string failure_;
   std::thread thread_;
 };
 
 class TcpStoreClient final : public gloo::rendezvous::Store {
  public:
-  // Connects, retrying until `deadline` passes (the server may not be up yet).
-  TcpStoreClient(const std::string& address, int port, std::chrono::milliseconds deadline);
+  // Connects and authenticates, retrying until `until` (the server may not be up yet). Every
+  // later call also ends by `until`: the rendezvous as a whole has one deadline.
+  TcpStoreClient(const std::string& address, int port, const SessionSecret& secret,
+                 std::chrono::steady_clock::time_point until);
   ~TcpStoreClient() override;
 
+  // Keys are the session's: "<session id>/<key>" on the wire.
   void set(const std::string& key, const std::vector<char>& data) override;
-  std::vector<char> get(const std::string& key) override;  // waits for the key (deadline)
+  std::vector<char> get(const std::string& key) override;  // waits for the key
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
  private:
-  // One request and its answer; false when the key is missing (GET only).
-  bool request(uint8_t op, const std::string& key, const std::vector<char>* value,
-               std::vector<char>* out, std::chrono::steady_clock::time_point deadline);
+  // The handshake; `foreign`: what answered is not this session's store.
+  bool try_connect(std::string* why, bool* foreign);
+  // One request and its answer: the status.
+  uint8_t request(uint8_t op, const std::string& key, const std::vector<char>* value,
+                  std::vector<char>* out);
   std::string where_;
-  std::chrono::milliseconds deadline_;
+  SessionSecret secret_;
+  std::string prefix_;
+  std::chrono::steady_clock::time_point until_;
   int fd_ = -1;
+  Nonce snonce_{}, cnonce_{};
+  uint64_t seq_ = 0;
   std::mutex mu_;  // one request at a time on the connection
 };
 

@@ -57,7 +57,7 @@ NcclTrainer::NcclTrainer(const sdk::TrainerContext& context, const NcclInitInfo&
   if (!source_.valid()) fail(WT_ERR_INVALID_ARGUMENT, "the nccl backend requires a weight source");
   if (!sender_) return;  // no endpoint, no RPC
   group_ = plugins::open_sender_domain(
-      info.sender_domain(), client_,
+      info.sender_domain(log_), client_,
       [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
       std::move(make_communicator), parked_, aborted_);
   log_.debug("trainer ready: group of {} formed ({})", info.rendezvous.world_size, info.device);

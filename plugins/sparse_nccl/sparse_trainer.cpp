@@ -33,8 +33,13 @@ SparseTrainer::SparseTrainer(const sdk::TrainerContext& context, const SparseIni
          "sparse_nccl takes no WeightSource: each round's patches are what send_weights sends");
   if (!sender_) return;
   group_ = plugins::open_sender_domain(
-      info.sender_domain(), client_,
-      [&](const auto& unique_id) { return info.worker_init_info(unique_id); },
+      info.sender_domain(log_), client_,
+      [&](const auto& unique_id) {
+        auto j = info.worker_init_info(unique_id);
+        // Host memory only (CUDA keeps vLLM's keys): which round format the broadcasts use.
+        if (!unique_id) j["host_round_format"] = pack_host_rounds_ ? "packed" : "per_patch";
+        return j;
+      },
       std::move(make_communicator), parked_, aborted_);
 }
 

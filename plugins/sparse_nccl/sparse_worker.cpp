@@ -4,6 +4,7 @@
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
 #include "packed_round.hpp"
+#include "patch_rules.hpp"
 
 #include <wt/dtype.hpp>
 
@@ -36,7 +37,26 @@ SparseWorker::SparseWorker(const sdk::WorkerContext& context, const nlohmann::js
     : log_(context.host, "[sparse_nccl] "),
       device_(context.device),
       pack_host_rounds_(pack_host_rounds) {
-  const auto init = plugins::read_worker_init(context, init_info, "sparse_nccl");
+  const auto init =
+      plugins::read_worker_init(context, init_info, "sparse_nccl", {"host_round_format"});
+  // The host round's wire is the trainer's choice, said at init: a format this worker cannot
+  // read is refused now, not mid-round (CUDA rounds are vLLM's, two broadcasts per patch).
+  if (init.unique_id.empty()) {
+    auto it = init.extra.find("host_round_format");
+    if (it == init.extra.end())
+      sdk::fail_field("host_round_format", WT_ERR_INCOMPATIBLE,
+                      "invalid init_info for backend 'sparse_nccl' (worker): the trainer did not "
+                      "say its host round format (field 'host_round_format'); it is older than "
+                      "this worker, upgrade it");
+    if (it->second != "per_patch" && !(it->second == "packed" && pack_host_rounds))
+      sdk::fail_field("host_round_format", WT_ERR_INCOMPATIBLE,
+                      "invalid init_info for backend 'sparse_nccl' (worker): field "
+                      "'host_round_format' is \"{}\", a format this worker cannot read (it reads "
+                      "{})",
+                      it->second,
+                      pack_host_rounds ? "\"packed\" and \"per_patch\"" : "\"per_patch\"");
+    pack_host_rounds_ = it->second == "packed";
+  }
   group_ = plugins::join_worker_domain(init, device_, std::move(make_communicator));
   log_.debug("worker ready: rank {} of {}", init.options.rank, init.options.world_size);
 }
@@ -94,7 +114,7 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
     for (std::size_t i = 0; i < params.size(); ++i)
       batch[i] = patch_view(params[i], packed + layout.indices_at[i], packed + layout.values_at[i],
                             &lengths[i]);
-    loader.load_patches(batch);
+    load_checked(batch, loader);
     return;
   }
   std::vector<std::vector<int32_t>> indices(params.size());
@@ -124,6 +144,15 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
   std::vector<wt_sparse_patch> batch(params.size());
   for (std::size_t i = 0; i < params.size(); ++i)
     batch[i] = patch_view(params[i], indices[i].data(), values[i].data(), &lengths[i]);
+  load_checked(batch, loader);
+}
+
+// The trainer's rules, again on what arrived (host memory by now): indices in range and once,
+// values free of NaN (vLLM's loader would read a NaN as "unchanged"). Nothing of a round that
+// breaks one is applied.
+void SparseWorker::load_checked(std::span<const wt_sparse_patch> batch,
+                                const sdk::LoaderRef& loader) {
+  check_round(batch, nullptr);
   loader.load_patches(batch);
 }
 

@@ -15,12 +15,14 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 
 namespace wt::sparse {
 
 class SparseWorker final : public sdk::WorkerBase {
  public:
-  // pack_host_rounds: as the trainer's (sparse_trainer.hpp); both sides must agree.
+  // pack_host_rounds: whether this worker reads the packed host round (an older one does not);
+  // the trainer says at init which format it sends, and a format not read is refused then.
   SparseWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
                plugins::CommunicatorFactory make_communicator = {}, bool pack_host_rounds = true);
   void start() override;
@@ -29,6 +31,7 @@ class SparseWorker final : public sdk::WorkerBase {
   void abort() override;
 
  private:
+  void load_checked(std::span<const wt_sparse_patch> batch, const sdk::LoaderRef& loader);
   sdk::HostLog log_;
   DLDevice device_{kDLCPU, 0};
   std::unique_ptr<plugins::Communicator> group_;

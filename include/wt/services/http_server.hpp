@@ -46,7 +46,11 @@
 // some of it had arrived, and its connection is closed. A connection is also closed after a
 // request that could not be parsed, and after a refusal given without reading the body the
 // request announced (400, 401, 404, 405, 411, 413, 415, all answered before the body is read).
-// An idle kept-alive connection is closed after idle_timeout. Handlers themselves have no
+// An idle kept-alive connection is closed after idle_timeout. When a connection waits for one of
+// the `threads`, the server is under pressure: every answer then closes its connection, and a
+// connection that idles or waits for its headers more than 100 ms gives its thread up, so no
+// number of idle, polling, unauthenticated or slow clients keeps a control call out for long. A
+// 401 always closes its connection. Handlers themselves have no
 // deadline (loading GBs may take long). stop() ends every connection waiting on its client at
 // once, and waits only for handlers already running.
 #pragma once

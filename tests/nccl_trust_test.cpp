@@ -1,0 +1,320 @@
+// The nccl and sparse_nccl host path as an attacker and a failing peer see it, across real
+// processes (`wt serve` receivers, wt_test_trainer): a stranger on the store's port during the
+// rendezvous, a sender (this process, holding the session's secret) broadcasting more or fewer
+// bytes than its update info promised or NaN in sparse values, a receiver stopped or killed
+// inside a broadcast, a trainer that drifted from the model the receivers hold, 200 clients
+// polling a receiver during rounds, and a group of one trainer and 64 receivers. Each prints the
+// time from fault to report.
+#include "broadcast_group.hpp"
+#include "session_secret.hpp"
+
+#include <wt/services/http_client.hpp>
+
+#include "subprocess.hpp"
+#include "support/free_port.hpp"
+#include "support/model.hpp"
+#include "support/nccl_processes.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <thread>
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace wt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kTransferS = 4;
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+using test::Served;
+
+Served serve(const std::string& backend = "nccl") {
+  return test::serve_receiver(backend, kTransferS);
+}
+
+std::vector<std::string> trainer(const std::vector<Served*>& receivers, int port, int rounds,
+                                 std::vector<std::string> extra = {}) {
+  return test::nccl_trainer(receivers, port, rounds, kTransferS, std::move(extra));
+}
+
+// A stranger who knows only the port hammers the store during the rendezvous with hellos it
+// cannot sign and a SET of rank 1's address: the group forms with the real ranks, both receivers
+// are byte exact, and the trainer's log names the connections it dropped.
+TEST(NcclTrust, AStrangerOnTheStorePortCannotJoinAndTheGroupStillSyncs) {
+  Served a = serve(), b = serve();
+  const int port = test::free_port();
+  std::atomic<bool> stop{false};
+  std::atomic<int> attempts{0};
+  std::thread attacker([&] {
+    while (!stop) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        ++attempts;
+        std::string forged(48, 'x');  // a nonce and a made-up MAC, then a SET of key "1"
+        forged += std::string(
+            "\x01\x01\x00\x00\x00"
+            "1\x04\x00\x00\x00"
+            "evil",
+            14);
+        ::send(fd, forged.data(), forged.size(), MSG_NOSIGNAL);
+      }
+      ::close(fd);
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  cli::Child t(trainer({&a, &b}, port, 2));
+  const int rc = t.wait();
+  stop = true;
+  attacker.join();
+  ASSERT_EQ(rc, 0) << t.output() << a.process->output() << b.process->output();
+  const auto expected = test::expected_after(2, 40, 64, 0);
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), expected);
+  EXPECT_EQ(HttpClient(b.url).weight_checksums(), expected);
+  EXPECT_GT(attempts.load(), 0);
+  std::cout << attempts.load() << " forged connections while the group formed\n" << t.output();
+}
+
+// This process plays the sender, holding the session's secret, and lies about sizes.
+struct TestSender {
+  plugins::SessionSecret secret = plugins::SessionSecret::mint();
+  int port = test::free_port();
+  std::unique_ptr<plugins::BroadcastGroup> group;
+  HttpClient client;
+
+  TestSender(const std::string& url, json extra) : client(url) {
+    json init = {{"master_address", "127.0.0.1"},
+                 {"master_port", port},
+                 {"rank_offset", 1},
+                 {"world_size", 2},
+                 {"packed", false},
+                 {"packed_buffer_size_bytes", 1 << 30},
+                 {"packed_num_buffers", 2},
+                 {"session_secret", secret.hex()}};
+    init.update(extra);
+    std::thread join([&] { client.init_weight_transfer_engine(init.dump()); });
+    plugins::CommunicatorOptions o;
+    o.master_address = "127.0.0.1";
+    o.master_port = port;
+    o.world_size = 2;
+    o.rendezvous_timeout = 20s;
+    o.transfer_timeout = std::chrono::seconds(kTransferS);
+    o.session_secret = secret.hex();
+    group = std::make_unique<plugins::BroadcastGroup>(o);
+    join.join();
+  }
+  // One round: the update info, then `bytes` broadcast (each list one broadcast). The
+  // receiver's error, if any.
+  std::string round(const json& update, std::vector<std::vector<unsigned char>> broadcasts) {
+    client.start_weight_update();
+    std::string error;
+    std::thread rpc([&] {
+      try {
+        client.update_weights(update.dump());
+      } catch (const std::exception& e) {
+        error = e.what();
+        group->abort();  // as wt's round bracket does: the refusal ends the broadcast
+      }
+    });
+    try {
+      for (auto& b : broadcasts) group->broadcast(b.data(), b.size(), 0, "test broadcast");
+    } catch (const std::exception&) {  // the receiver left the broadcast
+    }
+    rpc.join();
+    if (error.empty()) client.finish_weight_update("v");
+    return error;
+  }
+};
+
+std::vector<unsigned char> filled(std::size_t n, unsigned char v) {
+  return std::vector<unsigned char>(n, v);
+}
+
+// A dense round of one float32 tensor of 256 elements (1024 bytes), broadcast with 1024 + 64 or
+// 1024 - 64 bytes: the receiver refuses it naming both sizes, stays up, keeps the weights of the
+// last good round, and syncs again on a fresh init.
+TEST(NcclTrust, ADenseBroadcastLongerOrShorterThanPromisedIsRefusedAndChangesNothing) {
+  Served a = serve();
+  const json update = {{"names", {"w"}}, {"dtype_names", {"float32"}}, {"shapes", {{256}}}};
+  {
+    TestSender s(a.url, json::object());
+    ASSERT_EQ(s.round(update, {filled(1024, 1)}), "");
+  }
+  const auto good = HttpClient(a.url).weight_checksums();
+  ASSERT_EQ(good.size(), 1u);
+  for (std::size_t bytes : {std::size_t{1088}, std::size_t{960}}) {
+    TestSender s(a.url, json::object());
+    const auto t0 = Clock::now();
+    const std::string error = s.round(update, {filled(bytes, 2)});
+    std::cout << bytes << " bytes for 1024: refused in " << since(t0) << " s\n";
+    EXPECT_THAT(error, HasSubstr(fmt::format("the sender broadcast {} bytes, this rank expected "
+                                             "1024; nothing of it was taken",
+                                             bytes)));
+    EXPECT_EQ(HttpClient(a.url).weight_checksums(), good) << "the weights are as they were";
+  }
+  TestSender again(a.url, json::object());
+  EXPECT_EQ(again.round(update, {filled(1024, 3)}), "");
+  EXPECT_NE(HttpClient(a.url).weight_checksums(), good);
+}
+
+// A packed sparse round (one broadcast for the round) of the wrong length is refused alike, and
+// one of the right length whose values hold NaN is refused before anything is applied.
+TEST(NcclTrust, ASparseRoundOfTheWrongLengthOrWithNaNIsRefusedAndChangesNothing) {
+  Served a = serve("sparse_nccl");
+  const json update = {
+      {"names", {"w"}}, {"dtype_names", {"float32"}}, {"shapes", {{8}}}, {"num_updates_list", {2}}};
+  const json format = {{"host_round_format", "packed"}};
+  // indices (2 x int32 = 8 bytes) then values (2 x float32 = 8 bytes): 16 bytes.
+  std::vector<unsigned char> round(16, 0);
+  const int32_t idx[2] = {1, 3};
+  const float nan[2] = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  std::memcpy(round.data(), idx, 8);
+  std::memcpy(round.data() + 8, nan, 8);
+  for (std::size_t bytes : {std::size_t{24}, std::size_t{8}}) {
+    TestSender s(a.url, format);
+    const std::string error = s.round(update, {filled(bytes, 0)});
+    EXPECT_THAT(error, HasSubstr(fmt::format("the sender broadcast {} bytes, this rank expected "
+                                             "16; nothing of it was taken",
+                                             bytes)));
+  }
+  TestSender s(a.url, format);
+  EXPECT_THAT(s.round(update, {round}),
+              HasSubstr("sparse patch 'w': values hold NaN (at position 1)"));
+  EXPECT_TRUE(HttpClient(a.url).weight_checksums().empty());
+}
+
+// Receiver 2 is stopped (SIGSTOP) while the trainer broadcasts to it, then killed: the trainer
+// reports it, naming it, within a second of its death, though Gloo alone would wait for the
+// transfer deadline. Receiver 1 keeps round 0's weights.
+TEST(NcclTrust, AReceiverKilledInsideABroadcastIsReportedWithinASecondNamingIt) {
+  Served a = serve(), b = serve();
+  cli::Child t(trainer({&a, &b}, test::free_port(), 2,
+                       {"--pause-at-tensor", "20", "--pause-round", "1", "--pause-ms", "500"}));
+  ASSERT_TRUE(t.wait_for("paused at tensor 20", 60s)) << t.output();
+  b.process->kill(SIGSTOP);
+  std::this_thread::sleep_for(1500ms);  // the trainer is back inside a broadcast to b
+  b.process->kill(SIGKILL);
+  const auto killed = Clock::now();
+  EXPECT_NE(t.wait(), 0) << t.output();
+  const double took = since(killed);
+  std::cout << "receiver killed inside a broadcast: trainer failed " << took << " s later\n"
+            << t.output();
+  EXPECT_LT(took, 1.0) << t.output();
+  EXPECT_THAT(t.output(), HasSubstr("receiver 2 of 2 (" + b.url + ")"));
+  b.process->wait();
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(1, 40, 64, 0));
+}
+
+// A receiver stopped for good (SIGSTOP, its connections open): the round fails at the transfer
+// deadline, not at the HTTP call's (300 s by default).
+TEST(NcclTrust, AStoppedReceiverFailsTheRoundAtTheTransferDeadline) {
+  Served a = serve(), b = serve();
+  cli::Child t(trainer({&a, &b}, test::free_port(), 2,
+                       {"--pause-at-tensor", "20", "--pause-round", "1", "--pause-ms", "500"}));
+  ASSERT_TRUE(t.wait_for("paused at tensor 20", 60s)) << t.output();
+  b.process->kill(SIGSTOP);
+  const auto stopped = Clock::now();
+  EXPECT_NE(t.wait(), 0) << t.output();
+  const double took = since(stopped);
+  std::cout << "receiver stopped: trainer failed " << took << " s later (transfer deadline "
+            << kTransferS << " s)\n"
+            << t.output();
+  EXPECT_LT(took, kTransferS + 3.0);
+  EXPECT_THAT(t.output(), HasSubstr("did not take part in time"));
+  b.process->kill(SIGKILL);
+  b.process->wait();
+}
+
+// The receivers hold the model of a first round; a trainer whose model drifted (another width)
+// is refused by them at its first tensor, naming it and both shapes, within a second, and their
+// weights stay.
+TEST(NcclTrust, ADriftedTrainerIsRefusedNamingTheTensorAndChangesNothing) {
+  Served a = serve();
+  cli::Child first(trainer({&a}, test::free_port(), 1));
+  ASSERT_EQ(first.wait(), 0) << first.output();
+  const auto held = HttpClient(a.url).weight_checksums();
+  cli::Child drifted(trainer({&a}, test::free_port(), 1, {"--width", "32"}));
+  const auto t0 = Clock::now();
+  EXPECT_NE(drifted.wait(), 0);
+  std::cout << "drifted trainer refused; its process ended " << since(t0) << " s after start\n"
+            << drifted.output();
+  EXPECT_LT(since(t0), static_cast<double>(kTransferS));
+  EXPECT_THAT(drifted.output(), HasSubstr("arrives as bfloat16 256x32"));
+  EXPECT_THAT(drifted.output(), HasSubstr("but the model this receiver holds has it as"));
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), held);
+}
+
+// 200 clients poll the receivers' /health over kept-alive connections (more than the server's
+// 64 threads) while a trainer runs three rounds: every round completes.
+TEST(NcclTrust, TwoHundredPollingClientsDoNotKeepTheTrainersCallsOut) {
+  Served a = serve(), b = serve();
+  std::atomic<bool> stop{false};
+  std::atomic<int> polls{0};
+  std::vector<std::thread> pollers;
+  for (int i = 0; i < 200; ++i)
+    pollers.emplace_back([&, i] {
+      const std::string url = (i % 2 ? a.url : b.url);
+      httplib::Client c(url);
+      c.set_keep_alive(true);
+      c.set_connection_timeout(5);
+      c.set_read_timeout(5);
+      while (!stop) {
+        if (c.Get("/health")) ++polls;
+        std::this_thread::sleep_for(20ms);
+      }
+    });
+  std::this_thread::sleep_for(500ms);
+  const auto t0 = Clock::now();
+  cli::Child t(trainer({&a, &b}, test::free_port(), 3));
+  const int rc = t.wait();
+  const double took = since(t0);
+  stop = true;
+  for (auto& p : pollers) p.join();
+  ASSERT_EQ(rc, 0) << t.output();
+  std::cout << "3 rounds with 200 polling clients took " << took << " s (" << polls.load()
+            << " polls answered)\n"
+            << t.output();
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(3, 40, 64, 0));
+}
+
+// One trainer and 64 receivers (a small model): the store admits a world of 65, the group forms
+// and every receiver is byte exact.
+TEST(NcclTrust, OneTrainerAndSixtyFourReceiversSync) {
+  std::vector<Served> receivers;
+  for (int i = 0; i < 64; ++i) receivers.push_back(serve());
+  std::vector<Served*> all;
+  for (auto& r : receivers) all.push_back(&r);
+  const auto t0 = Clock::now();
+  cli::Child t(trainer(all, test::free_port(), 2, {"--layers", "4", "--width", "16"}));
+  ASSERT_EQ(t.wait(), 0) << t.output();
+  std::cout << "1 + 64 ranks: init and 2 rounds in " << since(t0) << " s\n" << t.output();
+  const auto expected = test::expected_after(2, 4, 16, 0);
+  for (auto& r : receivers) EXPECT_EQ(HttpClient(r.url).weight_checksums(), expected) << r.url;
+}
+
+}  // namespace
+}  // namespace wt
