@@ -36,9 +36,10 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
     };
   } else if (!make) {
     unique_id = NcclCommunicator::unique_id_b64();
-    make = [id = *unique_id, dev = domain.cuda_device](const CommunicatorOptions& opts) {
-      return std::make_unique<NcclCommunicator>(id, 0, opts.world_size, dev,
-                                                opts.rendezvous_timeout, opts.transfer_timeout);
+    make = [id = *unique_id, dev = domain.cuda_device,
+            stop = &aborted](const CommunicatorOptions& opts) {
+      return std::make_unique<NcclCommunicator>(
+          id, 0, opts.world_size, dev, opts.rendezvous_timeout, opts.transfer_timeout, stop);
     };
   }
   // The workers join inside init_weight_transfer_engine, so it runs beside our own join.

@@ -10,6 +10,7 @@
 #include <nccl.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -36,12 +37,16 @@ namespace {
 
 namespace drv = sdk::cuda;
 
+// How long a healthy communicator's teardown may take before it is aborted instead.
+constexpr std::chrono::milliseconds kFinalizeDeadline{10'000};
+
 // The NCCL entry points wt uses, from the library found at run time.
 struct Nccl {
   decltype(&ncclGetVersion) GetVersion = nullptr;
   decltype(&ncclGetUniqueId) GetUniqueId = nullptr;
   decltype(&ncclCommInitRankConfig) CommInitRankConfig = nullptr;
   decltype(&ncclCommGetAsyncError) CommGetAsyncError = nullptr;
+  decltype(&ncclCommFinalize) CommFinalize = nullptr;
   decltype(&ncclCommAbort) CommAbort = nullptr;
   decltype(&ncclCommDestroy) CommDestroy = nullptr;
   decltype(&ncclBroadcast) Broadcast = nullptr;
@@ -78,6 +83,7 @@ LoadedNccl load_nccl() {
   get("ncclGetUniqueId", n->GetUniqueId);
   get("ncclCommInitRankConfig", n->CommInitRankConfig);
   get("ncclCommGetAsyncError", n->CommGetAsyncError);
+  get("ncclCommFinalize", n->CommFinalize);
   get("ncclCommAbort", n->CommAbort);
   get("ncclCommDestroy", n->CommDestroy);
   get("ncclBroadcast", n->Broadcast);
@@ -137,6 +143,8 @@ struct NcclCommunicator::State {
   std::mutex mu;  // comm's abort against its use
   std::atomic<bool> aborted{false};
   std::atomic<bool> broken{false};
+  // The owner's abort while the constructor still runs (nobody holds the communicator yet).
+  const sdk::AbortSignal* creation_abort = nullptr;
 
   // A constructor that throws runs no destructor: the communicator it made goes with its state.
   ~State() { kill(); }
@@ -156,7 +164,7 @@ struct NcclCommunicator::State {
   void wait(const std::string& what, std::chrono::milliseconds deadline, bool stream_done) {
     const auto end = std::chrono::steady_clock::now() + deadline;
     for (;;) {
-      if (aborted) {
+      if (aborted || (creation_abort != nullptr && creation_abort->aborted())) {
         kill();
         fail(WT_ERR_ABORTED, "{}: aborted", what);
       }
@@ -199,8 +207,10 @@ std::string NcclCommunicator::unique_id_b64() {
 
 NcclCommunicator::NcclCommunicator(const std::string& unique_id_b64, int rank, int world_size,
                                    int device, std::chrono::milliseconds rendezvous_timeout,
-                                   std::chrono::milliseconds transfer_timeout)
+                                   std::chrono::milliseconds transfer_timeout,
+                                   const sdk::AbortSignal* aborted)
     : s_(std::make_unique<State>()) {
+  s_->creation_abort = aborted;
   const std::string raw = decode_unique_id(unique_id_b64, "nccl_unique_id_b64");
   const Nccl& n = nccl();
   s_->device = device;
@@ -247,15 +257,31 @@ NcclCommunicator::NcclCommunicator(const std::string& unique_id_b64, int rank, i
   }
   drv::DeviceGuard g(device);
   drv::driver().MemFree(one);
+  s_->creation_abort = nullptr;  // from here abort() is the owner's way in
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (!s_) return;
-  std::lock_guard<std::mutex> l(s_->mu);
-  if (s_->comm != nullptr) {
-    // A communicator with nothing pending is destroyed; one that failed was aborted already.
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    if (s_->comm == nullptr) return;  // one that failed was aborted already
+  }
+  // A healthy communicator is finalized (its pending work flushed) within a deadline, then
+  // destroyed; one that errs or does not finish in time is aborted, so teardown never hangs on a
+  // peer that went away.
+  try {
+    {
+      drv::DeviceGuard g(s_->device);
+      std::lock_guard<std::mutex> l(s_->mu);
+      check_nccl(nccl().CommFinalize(s_->comm), "ncclCommFinalize");
+    }
+    s_->wait("finalizing the NCCL communicator", std::min(s_->transfer_timeout, kFinalizeDeadline),
+             false);
+    std::lock_guard<std::mutex> l(s_->mu);
     nccl().CommDestroy(s_->comm);
     s_->comm = nullptr;
+  } catch (const sdk::Error&) {
+    s_->kill();  // wait() aborted it already where it failed; an early throw lands here
   }
 }
 
@@ -296,7 +322,7 @@ std::string NcclCommunicator::unique_id_b64() {
        "this plugin was built without the CUDA toolkit: CUDA memory over NCCL is unsupported");
 }
 NcclCommunicator::NcclCommunicator(const std::string&, int, int, int, std::chrono::milliseconds,
-                                   std::chrono::milliseconds) {
+                                   std::chrono::milliseconds, const sdk::AbortSignal*) {
   unique_id_b64();
 }
 NcclCommunicator::~NcclCommunicator() = default;

@@ -11,9 +11,13 @@
 // No wait is unbounded: the communicator is non-blocking, and each operation is polled against
 // its deadline (creation: the rendezvous deadline; a broadcast: the transfer deadline). Past it,
 // or on abort() from any thread, the communicator is aborted (ncclCommAbort) and broken for good.
+// Creation fails at once when NCCL cannot make its own socket (ncclGetUniqueId, or the init call,
+// returns the error), and can be aborted by its owner while it waits for its peers.
 #pragma once
 
 #include "communicator.hpp"
+
+#include <wt/sdk/abortable_wait.hpp>
 
 #include <memory>
 #include <string>
@@ -28,9 +32,14 @@ class NcclCommunicator final : public Communicator {
   static std::string decode_unique_id(const std::string& b64, const std::string& field);
 
   // Joins the domain as `rank` of `world_size` on CUDA device `device`, then the warm-up.
+  // `aborted` (optional, outlives the constructor): the owner's abort, which ends a creation or
+  // warm-up still waiting on its peers with WT_ERR_ABORTED (the communicator then freed).
   NcclCommunicator(const std::string& unique_id_b64, int rank, int world_size, int device,
                    std::chrono::milliseconds rendezvous_timeout,
-                   std::chrono::milliseconds transfer_timeout);
+                   std::chrono::milliseconds transfer_timeout,
+                   const sdk::AbortSignal* aborted = nullptr);
+  // Finalizes within a deadline (10 s, or the transfer deadline when shorter), then destroys;
+  // aborts instead when finalizing errs or takes longer.
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
