@@ -90,28 +90,7 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
         (cfg.init_info.contains("master_address") && !cfg.init_info.contains("world_size"));
     for (const auto& url : args.receiver_urls) {
       auto& c = receivers.emplace_back(std::make_unique<HttpClient>(url, hopts));
-      int ws = 1;
-      if (need_world_sizes) {
-        try {
-          // Read wide, then checked: 2^32 + 1 must not narrow to 1.
-          const nlohmann::json answer = c->get("/get_world_size");
-          const auto& v = answer.at("world_size");
-          if (!v.is_number_integer())
-            throw Error(
-                WT_ERR_REMOTE,
-                fmt::format("receiver {}: /get_world_size says {}, not an integer", url, v.dump()));
-          const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
-          if (negative || v.get<uint64_t>() < 1 || v.get<uint64_t>() > 65536)
-            throw Error(WT_ERR_REMOTE,
-                        fmt::format("receiver {}: /get_world_size says {}, not in 1..65536", url,
-                                    v.dump()));
-          ws = static_cast<int>(v.get<uint64_t>());
-        } catch (const nlohmann::json::exception& e) {
-          throw Error(WT_ERR_REMOTE, fmt::format("receiver {}: /get_world_size gave no world size "
-                                                 "({})",
-                                                 url, e.what()));
-        }
-      }
+      const int ws = need_world_sizes ? c->world_size() : 1;
       replicas.push_back({c.get(), ws, url});
       world_sizes.push_back(ws);
     }

@@ -15,6 +15,9 @@ packages=(
   libgloo-dev              # collectives on host memory
   libxxhash-dev            # checksums
   libssl-dev               # the data plane's session MACs (OpenSSL's HMAC-SHA256)
+  python3-dev pybind11-dev # the Python package (built for Debian's /usr/bin/python3)
+  python3-torch python3-numpy python3-pytest python3-xxhash  # its tests
+  python3-venv python3-pip python3-setuptools python3-wheel   # pip install ./python
 )
 
 missing=()

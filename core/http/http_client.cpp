@@ -217,4 +217,21 @@ std::map<std::string, std::string> HttpClient::weight_checksums() {
   return out;
 }
 
+int HttpClient::world_size() {
+  const nlohmann::json answer = get("/get_world_size");
+  const auto it = answer.is_object() ? answer.find("world_size") : answer.end();
+  if (it == answer.end())
+    throw Error(WT_ERR_REMOTE, fmt::format("receiver {}: /get_world_size gave no world size ({})",
+                                           base_, answer.dump()));
+  const auto& v = *it;
+  if (!v.is_number_integer())
+    throw Error(WT_ERR_REMOTE, fmt::format("receiver {}: /get_world_size says {}, not an integer",
+                                           base_, v.dump()));
+  const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
+  if (negative || v.get<uint64_t>() < 1 || v.get<uint64_t>() > 65536)
+    throw Error(WT_ERR_REMOTE, fmt::format("receiver {}: /get_world_size says {}, not in 1..65536",
+                                           base_, v.dump()));
+  return static_cast<int>(v.get<uint64_t>());
+}
+
 }  // namespace wt

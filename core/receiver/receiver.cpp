@@ -558,6 +558,15 @@ std::optional<std::vector<unsigned char>> Receiver::bytes_of(const std::string& 
                                     it->second.data.get() + it->second.nbytes);
 }
 
+std::optional<Receiver::TensorCopy> Receiver::copy_of(const std::string& name) const {
+  std::lock_guard<std::mutex> l(state_mu_);
+  auto it = committed_.find(name);
+  if (it == committed_.end()) return std::nullopt;
+  const Tensor& t = it->second;
+  return TensorCopy{t.dtype, t.shape,
+                    std::vector<unsigned char>(t.data.get(), t.data.get() + t.nbytes)};
+}
+
 uint64_t Receiver::committed_bytes() const {
   std::lock_guard<std::mutex> l(state_mu_);
   uint64_t n = 0;

@@ -54,6 +54,11 @@ class HttpClient : public Client {
   // up, and it has its own deadline.
   void abort_calls() override;
 
+  // GET /get_world_size: the inference workers behind this URL (vLLM's route), checked to be an
+  // integer in 1..65536 (read wide: 2^32 + 1 is refused, not narrowed to 1); WT_ERR_REMOTE naming
+  // the URL otherwise.
+  int world_size();
+
   // wt serve's extras, for verification.
   std::map<std::string, std::string> weight_checksums();
   nlohmann::json get(const std::string& path);

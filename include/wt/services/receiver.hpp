@@ -113,6 +113,13 @@ class Receiver {
   // Copies of committed tensors, for tests and tools. names() is sorted.
   std::vector<std::string> names() const;
   std::optional<std::vector<unsigned char>> bytes_of(const std::string& name) const;
+  struct TensorCopy {
+    DLDataType dtype{};
+    std::vector<int64_t> shape;
+    std::vector<unsigned char> bytes;
+  };
+  // A committed tensor with its dtype and shape, copied (the next round may reuse its memory).
+  std::optional<TensorCopy> copy_of(const std::string& name) const;
   uint64_t committed_bytes() const;
   uint64_t rounds_finished() const;
   // Tensors a worker engine wrote straight into this receiver's memory (the loader's destination

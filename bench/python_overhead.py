@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Python trainer through wt against the same sync driven from C++ (`wt launch`), and against
+torch.distributed (gloo) broadcasting the parameters one by one, as the Python RL stacks do.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [--gib 1] [--rounds 3]
+
+Cases: ipc and nccl (host memory), each with a model of ~300 tensors (--gib in all) and one of
+2,000 small tensors. Prints seconds per round (median), GB/s and the ratios: Python / C++ (the
+binding's overhead; target <= 1.05) and torch.distributed / wt for the 2,000-tensor model
+(target >= 3).
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+import wt
+
+CLI = os.environ.get("WT_CLI") or os.path.join(os.path.dirname(__file__), "..", "build", "bin", "wt")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def model_of(total_bytes, count):
+    numel = max(1, total_bytes // 4 // count)
+    g = torch.Generator().manual_seed(0)
+    return {f"layers.{i}.weight": torch.rand(numel, generator=g) for i in range(count)}
+
+
+def write_safetensors(path, tensors):
+    header, offset = {}, 0
+    for name, t in tensors.items():
+        n = t.numel() * 4
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for t in tensors.values():
+            f.write(t.numpy().tobytes())
+
+
+def serve(backend):
+    proc = subprocess.Popen([CLI, "serve", "--port", "0", "--backend", backend],
+                            stdout=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().split("listening on ")[1].split()[0]
+    return proc, url
+
+
+def init_info(backend):
+    if backend == "ipc":
+        return {"packed": True}
+    return {"master_address": "127.0.0.1", "master_port": free_port(), "packed": True}
+
+
+def python_round_seconds(backend, model, rounds):
+    proc, url = serve(backend)
+    try:
+        info = {"backend": backend, **init_info(backend)}
+        if backend == "nccl":
+            info["world_size"] = 2
+        engine = wt.trainer_init(info, client=url, source=model)
+        engine.send_weights()  # warm-up: the receiver allocates, pages are mapped
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            engine.send_weights()
+            times.append(time.perf_counter() - start)
+        engine.close()
+        return statistics.median(times)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def cxx_round_seconds(backend, checkpoint, rounds, tmp):
+    config = {"backend": backend, "init_info": init_info(backend),
+              "source": {"safetensors": checkpoint}, "rounds": rounds + 1,
+              "training_step": {"perturb_fraction": 0.0}, "verify": False}
+    path = os.path.join(tmp, f"{backend}.yaml")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    run = subprocess.run([CLI, "launch", "--json", path], capture_output=True, text=True)
+    report = json.loads(run.stdout)
+    if not report.get("ok"):
+        sys.exit(f"wt launch failed: {report.get('errors')}")
+    return statistics.median(r["seconds"] for r in report["rounds"][1:])
+
+
+GLOO_PEER = r"""
+import sys, time, torch, torch.distributed as dist
+rank, port, count, numel, rounds = map(int, sys.argv[1:6])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+g = torch.Generator().manual_seed(0)
+params = [torch.rand(numel, generator=g) if rank == 0 else torch.empty(numel) for _ in range(count)]
+times = []
+for r in range(rounds + 1):
+    dist.barrier()
+    start = time.perf_counter()
+    for p in params:
+        dist.broadcast(p, src=0)
+    dist.barrier()
+    times.append(time.perf_counter() - start)
+if rank == 0:
+    times = sorted(times[1:])
+    print(times[len(times) // 2])
+"""
+
+
+def gloo_round_seconds(count, numel, rounds):
+    port = free_port()
+    peers = [subprocess.Popen([sys.executable, "-c", GLOO_PEER, str(r), str(port), str(count),
+                               str(numel), str(rounds)], stdout=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    out = peers[0].communicate()[0]
+    peers[1].wait()
+    return float(out.strip())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=float, default=1.0, help="size of the ~300-tensor model")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per case")
+    ap.add_argument("--small-count", type=int, default=2000)
+    ap.add_argument("--small-kib", type=int, default=64, help="size of each small tensor")
+    args = ap.parse_args()
+    models = {
+        "300 tensors": model_of(int(args.gib * (1 << 30)), 300),
+        f"{args.small_count} tensors": model_of(args.small_count * args.small_kib * 1024,
+                                                args.small_count),
+    }
+    print(f"wt {wt.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}")
+    print(f"{'case':<28}{'bytes':>12}{'Python s':>11}{'C++ s':>9}{'Py/C++':>8}{'GB/s':>8}")
+    small_wt = None
+    with tempfile.TemporaryDirectory(prefix="wt-bench-") as tmp:
+        for label, model in models.items():
+            nbytes = sum(t.numel() * 4 for t in model.values())
+            checkpoint = os.path.join(tmp, "model.safetensors")
+            write_safetensors(checkpoint, model)
+            for backend in ("ipc", "nccl"):
+                py = python_round_seconds(backend, model, args.rounds)
+                cxx = cxx_round_seconds(backend, checkpoint, args.rounds, tmp)
+                print(f"{backend + ', ' + label:<28}{nbytes:>12}{py:>11.4f}{cxx:>9.4f}"
+                      f"{py / cxx:>8.3f}{nbytes / py / 1e9:>8.2f}")
+                if backend == "nccl" and label != "300 tensors":
+                    small_wt = py
+            os.unlink(checkpoint)
+    numel = args.small_kib * 1024 // 4
+    gloo = gloo_round_seconds(args.small_count, numel, args.rounds)
+    print(f"torch.distributed gloo, {args.small_count} broadcasts of {args.small_kib} KiB: "
+          f"{gloo:.4f} s per round; wt nccl (host, packed) from Python: {small_wt:.4f} s; "
+          f"gloo / wt = {gloo / small_wt:.2f}")
+
+
+if __name__ == "__main__":
+    main()

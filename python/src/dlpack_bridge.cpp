@@ -1,0 +1,155 @@
+#include "dlpack_bridge.hpp"
+
+#include <wt/dtype.hpp>
+#include <wt/error.hpp>
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace wt::python {
+
+Held& Held::operator=(Held&& o) noexcept {
+  if (this != &o) {
+    Held gone(std::move(*this));
+    m_ = o.m_;
+    o.m_ = nullptr;
+  }
+  return *this;
+}
+
+Held::~Held() {
+  if (m_ != nullptr && m_->deleter != nullptr) m_->deleter(m_);
+}
+
+Error invalid(const std::string& text) {
+  return Error(WT_ERR_INVALID_ARGUMENT, text);
+}
+
+std::string type_name(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__qualname__")).cast<std::string>();
+}
+
+namespace {
+
+// The managed tensor behind a view or an owning export.
+struct Export {
+  DLManagedTensor managed{};
+  std::vector<int64_t> shape;
+  std::function<void()> release;  // empty for a view
+};
+
+void delete_export(DLManagedTensor* m) {
+  std::unique_ptr<Export> e(static_cast<Export*>(m->manager_ctx));
+  if (e->release) e->release();
+}
+
+// A capsule's destructor: only a capsule nobody consumed still owns its tensor.
+void capsule_destructor(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  if (m != nullptr && m->deleter != nullptr) m->deleter(m);
+}
+
+py::object from_capsule(py::capsule cap) {
+  // torch 1.13's from_dlpack takes a raw capsule; numpy wants an object with __dlpack__.
+  // Looked up once and never released: a static py::object would be released after the
+  // interpreter is gone.
+  static py::object* torch_from = [] {
+    try {
+      return new py::object(py::module_::import("torch.utils.dlpack").attr("from_dlpack"));
+    } catch (py::error_already_set&) {
+      return new py::object(py::none());
+    }
+  }();
+  if (!torch_from->is_none()) return (*torch_from)(cap);
+  py::object holder = py::module_::import("wt._capsule").attr("CapsuleHolder")(cap);
+  return py::module_::import("numpy").attr("from_dlpack")(holder);
+}
+
+py::object export_tensor(std::unique_ptr<Export> e) {
+  e->managed.manager_ctx = e.get();
+  e->managed.deleter = delete_export;
+  e->managed.dl_tensor.shape = e->shape.data();
+  if (e->managed.dl_tensor.strides != nullptr)
+    e->managed.dl_tensor.strides = e->shape.data() + e->managed.dl_tensor.ndim;
+  else
+    e->managed.dl_tensor.ndim = static_cast<int32_t>(e->shape.size());
+  DLManagedTensor* m = &e.release()->managed;
+  PyObject* cap = PyCapsule_New(m, "dltensor", capsule_destructor);
+  if (cap == nullptr) {
+    delete_export(m);
+    throw py::error_already_set();
+  }
+  return from_capsule(py::reinterpret_steal<py::capsule>(cap));
+}
+
+}  // namespace
+
+Held to_dlpack(py::handle obj, const std::string& what) {
+  py::object o = py::reinterpret_borrow<py::object>(obj);
+  if (!PyCapsule_CheckExact(o.ptr())) {
+    // torch refuses to export a tensor that requires grad: its detached view is the same memory.
+    if (py::hasattr(o, "requires_grad") && py::hasattr(o, "detach") &&
+        py::bool_(o.attr("requires_grad")))
+      o = o.attr("detach")();
+    if (!py::hasattr(o, "__dlpack__"))
+      throw invalid(
+          fmt::format("{} is a {}, not a tensor: pass a torch.Tensor, a numpy array or "
+                      "anything with __dlpack__",
+                      what, type_name(o)));
+    try {
+      o = o.attr("__dlpack__")();
+    } catch (py::error_already_set& e) {
+      throw invalid(fmt::format("{} cannot be exported as DLPack: {}", what, e.what()));
+    }
+  }
+  if (!PyCapsule_IsValid(o.ptr(), "dltensor"))
+    throw invalid(
+        fmt::format("{} is not an unused \"dltensor\" capsule (a capsule is consumed "
+                    "once; DLPack 1.0 versioned capsules are not read by this build)",
+                    what));
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(o.ptr(), "dltensor"));
+  if (PyCapsule_SetName(o.ptr(), "used_dltensor") != 0) throw py::error_already_set();
+  return Held(m);
+}
+
+std::string describe(const DLTensor& t) {
+  std::string shape;
+  for (int i = 0; i < t.ndim; ++i) shape += (i ? "x" : "") + std::to_string(t.shape[i]);
+  return fmt::format("{} {}", torch_name(t.dtype), t.ndim == 0 ? "scalar" : shape);
+}
+
+py::object view_of(const DLTensor& t) {
+  auto e = std::make_unique<Export>();
+  e->managed.dl_tensor = t;
+  // The shape, then the strides when given, in one vector (export_tensor points at the shape).
+  e->shape.assign(t.shape, t.shape + t.ndim);
+  if (t.strides != nullptr) e->shape.insert(e->shape.end(), t.strides, t.strides + t.ndim);
+  return export_tensor(std::move(e));
+}
+
+py::object owning(void* data, DLDataType dtype, std::vector<int64_t> shape,
+                  std::function<void()> release) {
+  auto e = std::make_unique<Export>();
+  e->managed.dl_tensor.data = data;
+  e->managed.dl_tensor.device = {kDLCPU, 0};
+  e->managed.dl_tensor.dtype = dtype;
+  e->managed.dl_tensor.strides = nullptr;
+  e->managed.dl_tensor.byte_offset = 0;
+  e->shape = std::move(shape);
+  e->release = std::move(release);
+  return export_tensor(std::move(e));
+}
+
+DLDataType dtype_of(py::handle dtype, const std::string& what) {
+  std::string name = py::str(dtype).cast<std::string>();
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  if (auto d = dtype_from_torch_name(name)) return *d;
+  throw invalid(
+      fmt::format("{}: dtype '{}' is not one wt moves (float32, float16, bfloat16, "
+                  "float64, int8, int16, int32, int64, uint8)",
+                  what, name));
+}
+
+}  // namespace wt::python

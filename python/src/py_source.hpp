@@ -1,0 +1,52 @@
+// A WeightSource over what a PyTorch training loop has: an nn.Module (its named_parameters()), a
+// dict name -> tensor, an iterable of (name, tensor) pairs, or a callable returning one of those
+// each round (a generator is consumed lazily, tensor by tensor).
+//
+// The metadata is read once, at trainer_init: from the object itself, or, for a callable, from
+// `metadata` (pairs or a dict of tensors, or (name, dtype, shape) triples) or else from one call.
+// Every pass then checks against it (libwt's checked source): a pass that disagrees fails the
+// round naming the tensor. The GIL is taken once per tensor, only to fetch it; tensors stay
+// referenced until the pass ends (the engine may read them until then).
+#pragma once
+
+#include "dlpack_bridge.hpp"
+#include "py_errors.hpp"
+
+#include <wt/weight_source.hpp>
+
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace wt::python {
+
+class PySource final : public WeightSource {
+ public:
+  // GIL held.
+  PySource(py::object source, py::object metadata, CallbackFailures& failures);
+  ~PySource() override;
+
+  const std::vector<ParamMeta>& metadata() override { return meta_; }
+  void begin() override;
+  bool next(wt_tensor& out) override;
+  void end() override;
+
+ private:
+  enum class Kind { kModule, kMapping, kIterable, kCallable };
+  py::object fresh_iterator();  // GIL held
+  void release_pass();          // GIL held
+
+  py::object source_;
+  Kind kind_;
+  CallbackFailures& failures_;
+  std::vector<ParamMeta> meta_;
+  // The pass in progress: its iterator, the tensors handed out, their names.
+  py::object iter_;
+  std::vector<Held> held_;
+  std::deque<std::string> names_;
+};
+
+// (name, tensor) pairs from a mapping or an iterable; `what` names the argument in errors.
+std::vector<ParamMeta> metadata_of(py::handle items, const std::string& what);
+
+}  // namespace wt::python

@@ -1,0 +1,228 @@
+// trainer_init and the trainer engine: the client and the source a PyTorch loop has, a round with
+// the GIL released, abort from any thread, Ctrl-C.
+#include "bindings.hpp"
+#include "dlpack_bridge.hpp"
+#include "py_client.hpp"
+#include "py_errors.hpp"
+#include "py_receiver.hpp"
+#include "py_source.hpp"
+
+#include <wt/delta.hpp>
+#include <wt/engine.hpp>
+#include <wt/init_info.hpp>
+#include <wt/registry.hpp>
+#include <wt/services/fan_out_client.hpp>
+#include <wt/services/http_client.hpp>
+#include <wt/services/receiver.hpp>
+
+#include <fmt/format.h>
+#include <pybind11/stl.h>
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+namespace wt::python {
+
+namespace {
+
+// What send_weights(patches=...) takes: one delta patch, as vLLM's sparse trainer describes it.
+struct SparsePatch {
+  std::string name;
+  py::object indices;  // 1-D int32 flat indices, increasing
+  py::object values;   // 1-D, the parameter's dtype
+  std::vector<int64_t> full_shape;
+};
+
+// The client trainer_init was given, made into a wt::Client: a URL, a list of them (fan-out), a
+// wt.HttpClient, a wt.Receiver (in this process) or any object with vLLM's four methods.
+struct ClientChoice {
+  std::vector<std::unique_ptr<HttpClient>> owned;
+  std::unique_ptr<Client> made;  // fan-out, in-process or Python
+  py::object keep;               // the Python object behind it, kept alive
+  Client* client = nullptr;
+};
+
+ClientChoice choose_client(py::object client, CallbackFailures& failures) {
+  ClientChoice c;
+  c.keep = client;
+  auto is_url_list = [&] {
+    if (!py::isinstance<py::list>(client) && !py::isinstance<py::tuple>(client)) return false;
+    for (py::handle h : client)
+      if (!py::isinstance<py::str>(h) && !py::isinstance<HttpClient>(h)) return false;
+    return py::len(client) > 0;
+  };
+  if (py::isinstance<py::str>(client)) {
+    c.owned.push_back(std::make_unique<HttpClient>(client.cast<std::string>()));
+    c.client = c.owned.back().get();
+  } else if (py::isinstance<HttpClient>(client)) {
+    c.client = &client.cast<HttpClient&>();
+  } else if (py::isinstance<PyReceiver>(client)) {
+    c.made = std::make_unique<InProcessClient>(client.cast<PyReceiver&>().receiver());
+    c.client = c.made.get();
+  } else if (is_url_list()) {
+    std::vector<FanOutClient::Replica> replicas;
+    std::vector<HttpClient*> clients;
+    for (py::handle h : client) {
+      if (py::isinstance<py::str>(h)) {
+        c.owned.push_back(std::make_unique<HttpClient>(h.cast<std::string>()));
+        clients.push_back(c.owned.back().get());
+      } else {
+        clients.push_back(&h.cast<HttpClient&>());
+      }
+    }
+    {
+      py::gil_scoped_release r;
+      for (HttpClient* h : clients) replicas.push_back({h, h->world_size(), h->base_url()});
+    }
+    c.made = std::make_unique<FanOutClient>(std::move(replicas));
+    c.client = c.made.get();
+  } else {
+    c.made = std::make_unique<PyClient>(client, failures);
+    c.client = c.made.get();
+  }
+  return c;
+}
+
+std::string json_text(py::handle obj, const char* what) {
+  if (py::isinstance<py::str>(obj)) return obj.cast<std::string>();
+  if (!py::isinstance<py::dict>(obj))
+    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{} must be a dict (or JSON text)", what));
+  return py::module_::import("json").attr("dumps")(obj).cast<std::string>();
+}
+
+class PyTrainer {
+ public:
+  PyTrainer(py::object info, py::object client, py::object source, py::object metadata) {
+    const InitInfo init = InitInfo::from_json(json_text(info, "init_info"), "init_info");
+    client_ = choose_client(std::move(client), failures_);
+    if (!source.is_none())
+      source_ = std::make_unique<PySource>(std::move(source), std::move(metadata), failures_);
+    try {
+      py::gil_scoped_release r;
+      engine_ = trainer_init(init, *client_.client, source_.get());
+    } catch (const Error& e) {
+      raise(e, failures_.take());
+    }
+  }
+
+  ~PyTrainer() { close(); }
+
+  void send_weights(py::object weight_version, py::object patches) {
+    if (!engine_) throw Error(WT_ERR_STATE, "send_weights on a closed engine");
+    SendOptions o;
+    if (!weight_version.is_none()) o.weight_version = weight_version.cast<std::string>();
+    std::vector<SparsePatch> given;
+    std::vector<Held> held;
+    if (!patches.is_none())
+      for (py::handle p : patches) given.push_back(p.cast<SparsePatch>());
+    held.reserve(given.size() * 2);
+    for (const SparsePatch& p : given) {
+      wt_sparse_patch c{};
+      c.name = p.name.c_str();
+      held.push_back(to_dlpack(p.indices, fmt::format("the indices of patch '{}'", p.name)));
+      c.indices = held.back().tensor();
+      held.push_back(to_dlpack(p.values, fmt::format("the values of patch '{}'", p.name)));
+      c.values = held.back().tensor();
+      c.full_ndim = static_cast<int32_t>(p.full_shape.size());
+      c.full_shape = p.full_shape.data();
+      o.patches.push_back(c);
+    }
+    TrainerEngine* engine = engine_.get();
+    try {
+      run_interruptible([&] { engine->send_weights(o); }, [engine] { engine->abort(); },
+                        "send_weights");
+    } catch (const Error& e) {
+      raise(e, failures_.take());
+    }
+    failures_.take();
+  }
+
+  void abort() {
+    py::gil_scoped_release r;
+    if (engine_) engine_->abort();
+  }
+
+  // Ends the engine (its threads joined, its communicators closed); idempotent.
+  void close() {
+    if (!engine_) return;
+    std::unique_ptr<TrainerEngine> gone = std::move(engine_);
+    py::gil_scoped_release r;
+    gone.reset();
+  }
+
+  std::string backend() const { return engine_ ? engine_->plugin().backend() : std::string(); }
+
+ private:
+  CallbackFailures failures_;
+  ClientChoice client_;
+  std::unique_ptr<PySource> source_;
+  std::unique_ptr<TrainerEngine> engine_;  // last: goes first
+};
+
+// make_delta over dicts of tensors: one patch per tensor whose bits changed.
+py::list make_delta_py(py::object before, py::object after, unsigned threads) {
+  py::list out;
+  py::dict prev = py::reinterpret_borrow<py::dict>(py::dict(before));
+  for (auto item : py::dict(after)) {
+    const std::string name = py::str(item.first).cast<std::string>();
+    if (!prev.contains(item.first))
+      throw Error(WT_ERR_NOT_FOUND,
+                  fmt::format("make_delta: tensor '{}' is in `after` but not in `before`", name));
+    Held p = to_dlpack(prev[item.first], fmt::format("tensor '{}' of `before`", name));
+    Held c = to_dlpack(item.second, fmt::format("tensor '{}' of `after`", name));
+    auto delta = std::make_shared<Delta>();
+    {
+      py::gil_scoped_release r;
+      *delta = make_delta(name, p.tensor(), c.tensor(), threads);
+    }
+    if (delta->count == 0) continue;
+    SparsePatch patch;
+    patch.name = name;
+    patch.full_shape = delta->full_shape;
+    patch.indices = owning(delta->indices.data(), DLDataType{kDLInt, 32, 1}, {delta->count},
+                           [delta]() mutable { delta.reset(); });
+    patch.values = owning(delta->values.data(), delta->dtype, {delta->count},
+                          [delta]() mutable { delta.reset(); });
+    out.append(py::cast(std::move(patch)));
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_trainer(py::module_& m) {
+  py::class_<SparsePatch>(m, "SparsePatch",
+                          "One delta patch: the flat int32 indices (increasing) where a tensor "
+                          "changed, the new values there, and the tensor's full shape.")
+      .def(py::init([](std::string name, py::object indices, py::object values,
+                       std::vector<int64_t> full_shape) {
+             return SparsePatch{std::move(name), std::move(indices), std::move(values),
+                                std::move(full_shape)};
+           }),
+           py::arg("name"), py::arg("indices"), py::arg("values"), py::arg("full_shape"))
+      .def_readwrite("name", &SparsePatch::name)
+      .def_readwrite("indices", &SparsePatch::indices)
+      .def_readwrite("values", &SparsePatch::values)
+      .def_readwrite("full_shape", &SparsePatch::full_shape)
+      .def("__repr__", [](const SparsePatch& p) {
+        return fmt::format("SparsePatch('{}', {} changed, full_shape={})", p.name,
+                           py::len(p.indices),
+                           py::repr(py::cast(p.full_shape)).cast<std::string>());
+      });
+
+  py::class_<PyTrainer>(m, "TrainerEngine", "A trainer-side engine; made by wt.trainer_init.")
+      .def(py::init<py::object, py::object, py::object, py::object>(), py::arg("init_info"),
+           py::arg("client"), py::arg("source") = py::none(), py::arg("metadata") = py::none())
+      .def("send_weights", &PyTrainer::send_weights, py::arg("weight_version") = py::none(),
+           py::arg("patches") = py::none())
+      .def("abort", &PyTrainer::abort)
+      .def("close", &PyTrainer::close)
+      .def_property_readonly("backend", &PyTrainer::backend);
+
+  m.def("make_delta", &make_delta_py, py::arg("before"), py::arg("after"), py::arg("threads") = 0,
+        "Patches for every tensor of `after` whose bits differ from `before` (dicts name -> "
+        "tensor, host memory, same dtype and shape).");
+}
+
+}  // namespace wt::python
