@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Python trainer through wt against the same sync driven from C++ (`wt launch`), and against
+"""Python trainer through wt against the same sync driven from C++, and against
 torch.distributed (gloo) broadcasting the parameters one by one, as the Python RL stacks do.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [--gib 1] [--rounds 3]
 
 Cases: ipc and nccl (host memory), each with a model of ~300 tensors (--gib in all) and one of
-2,000 small tensors. Prints seconds per round (median), GB/s and the ratios: Python / C++ (the
+2,000 small tensors, each laid out as one flat buffer (as the checkpoint the C++ run maps). Prints seconds per round (median), GB/s and the ratios: Python / C++ (the
 binding's overhead; target <= 1.05) and torch.distributed / wt for the 2,000-tensor model
 (target >= 3).
 """
@@ -36,9 +36,11 @@ def free_port():
 
 
 def model_of(total_bytes, count):
+    """Views of one flat buffer, laid out as the C++ run's mapped checkpoint is (tensors back to
+    back), so that both runs move the same bytes the same way."""
     numel = max(1, total_bytes // 4 // count)
-    g = torch.Generator().manual_seed(0)
-    return {f"layers.{i}.weight": torch.rand(numel, generator=g) for i in range(count)}
+    flat = torch.rand(numel * count, generator=torch.Generator().manual_seed(0))
+    return {f"layers.{i}.weight": flat[i * numel:(i + 1) * numel] for i in range(count)}
 
 
 def write_safetensors(path, tensors):
@@ -68,27 +70,39 @@ def init_info(backend):
     return {"master_address": "127.0.0.1", "master_port": free_port(), "packed": True}
 
 
-def python_round_seconds(backend, model, rounds):
-    proc, url = serve(backend)
+def alternated_round_seconds(backend, model, rounds):
+    """Rounds alternate between a live Python source (the dict: Python fetches every tensor each
+    round) and wt.PinnedSource over the same tensors (iterated in C++, no Python in the round),
+    each into a wt serve of its own, so that the machine's noise hits both alike."""
+    procs, engines = [], {}
     try:
-        info = {"backend": backend, **init_info(backend)}
-        if backend == "nccl":
-            info["world_size"] = 2
-        engine = wt.trainer_init(info, client=url, source=model)
-        engine.send_weights()  # warm-up: the receiver allocates, pages are mapped
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            engine.send_weights()
-            times.append(time.perf_counter() - start)
-        engine.close()
-        return statistics.median(times)
+        for kind in ("python", "c++"):
+            proc, url = serve(backend)
+            procs.append(proc)
+            info = {"backend": backend, **init_info(backend)}
+            if backend == "nccl":
+                info["world_size"] = 2
+            source = model if kind == "python" else wt.PinnedSource(model)
+            engines[kind] = wt.trainer_init(info, client=url, source=source)
+            engines[kind].send_weights()  # warm-up: the receiver allocates, pages are mapped
+        times = {"python": [], "c++": []}
+        for i in range(rounds):
+            order = ["python", "c++"] if i % 2 == 0 else ["c++", "python"]  # ABBA: no order bias
+            for kind in order:
+                engine = engines[kind]
+                start = time.perf_counter()
+                engine.send_weights()
+                times[kind].append(time.perf_counter() - start)
+        for engine in engines.values():
+            engine.close()
+        return statistics.median(times["python"]), statistics.median(times["c++"])
     finally:
-        proc.terminate()
-        proc.wait()
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
 
 
-def cxx_round_seconds(backend, checkpoint, rounds, tmp):
+def launch_round_seconds(backend, checkpoint, rounds, tmp):
     config = {"backend": backend, "init_info": init_info(backend),
               "source": {"safetensors": checkpoint}, "rounds": rounds + 1,
               "training_step": {"perturb_fraction": 0.0}, "verify": False}
@@ -145,7 +159,8 @@ def main():
                                                 args.small_count),
     }
     print(f"wt {wt.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}")
-    print(f"{'case':<28}{'bytes':>12}{'Python s':>11}{'C++ s':>9}{'Py/C++':>8}{'GB/s':>8}")
+    print(f"{'case':<24}{'bytes':>11}{'Python s':>10}{'C++ s':>9}{'Py/C++':>8}{'GB/s':>7}"
+          f"{'wt launch s':>13}")
     small_wt = None
     with tempfile.TemporaryDirectory(prefix="wt-bench-") as tmp:
         for label, model in models.items():
@@ -153,10 +168,10 @@ def main():
             checkpoint = os.path.join(tmp, "model.safetensors")
             write_safetensors(checkpoint, model)
             for backend in ("ipc", "nccl"):
-                py = python_round_seconds(backend, model, args.rounds)
-                cxx = cxx_round_seconds(backend, checkpoint, args.rounds, tmp)
-                print(f"{backend + ', ' + label:<28}{nbytes:>12}{py:>11.4f}{cxx:>9.4f}"
-                      f"{py / cxx:>8.3f}{nbytes / py / 1e9:>8.2f}")
+                py, cxx = alternated_round_seconds(backend, model, args.rounds)
+                launched = launch_round_seconds(backend, checkpoint, args.rounds, tmp)
+                print(f"{backend + ', ' + label:<24}{nbytes:>11}{py:>10.4f}{cxx:>9.4f}"
+                      f"{py / cxx:>8.3f}{nbytes / py / 1e9:>7.2f}{launched:>13.4f}")
                 if backend == "nccl" and label != "300 tensors":
                     small_wt = py
             os.unlink(checkpoint)

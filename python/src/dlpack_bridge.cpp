@@ -86,10 +86,37 @@ py::object export_tensor(std::unique_ptr<Export> e) {
 
 }  // namespace
 
-Held to_dlpack(py::handle obj, const std::string& what) {
+Held to_dlpack(py::handle obj, std::string_view pattern, std::string_view name) {
+  auto what = [&] { return fmt::format(fmt::runtime(pattern), name); };
   py::object o = py::reinterpret_borrow<py::object>(obj);
-  if (!PyCapsule_CheckExact(o.ptr())) {
-    // torch refuses to export a tensor that requires grad: its detached view is the same memory.
+  // torch tensors go straight to torch's C exporter: its Python __dlpack__ wrapper costs more
+  // than the rest of a tensor's turn, and refuses parameters that require grad (the capsule
+  // references the memory, not the autograd graph, so nothing is lost by exporting them).
+  static PyObject* torch_tensor = nullptr;
+  static PyObject* torch_export = nullptr;
+  static bool looked = false;
+  if (!looked) {
+    looked = true;
+    PyObject* torch = PyImport_GetModule(py::str("torch").ptr());  // only once imported
+    if (torch != nullptr) {
+      torch_tensor = PyObject_GetAttrString(torch, "Tensor");
+      PyObject* c = PyObject_GetAttrString(torch, "_C");
+      if (c != nullptr) torch_export = PyObject_GetAttrString(c, "_to_dlpack");
+      Py_XDECREF(c);
+      Py_DECREF(torch);
+    }
+    PyErr_Clear();
+    if (torch_tensor == nullptr || torch_export == nullptr) looked = false;  // look again later
+  }
+  if (torch_export != nullptr &&
+      PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(torch_tensor))) {
+    PyObject* cap = PyObject_CallOneArg(torch_export, o.ptr());
+    if (cap == nullptr) {
+      py::error_already_set e;
+      throw invalid(fmt::format("{} cannot be exported as DLPack: {}", what(), e.what()));
+    }
+    o = py::reinterpret_steal<py::object>(cap);
+  } else if (!PyCapsule_CheckExact(o.ptr())) {
     if (py::hasattr(o, "requires_grad") && py::hasattr(o, "detach") &&
         py::bool_(o.attr("requires_grad")))
       o = o.attr("detach")();
@@ -97,18 +124,18 @@ Held to_dlpack(py::handle obj, const std::string& what) {
       throw invalid(
           fmt::format("{} is a {}, not a tensor: pass a torch.Tensor, a numpy array or "
                       "anything with __dlpack__",
-                      what, type_name(o)));
+                      what(), type_name(o)));
     try {
       o = o.attr("__dlpack__")();
     } catch (py::error_already_set& e) {
-      throw invalid(fmt::format("{} cannot be exported as DLPack: {}", what, e.what()));
+      throw invalid(fmt::format("{} cannot be exported as DLPack: {}", what(), e.what()));
     }
   }
   if (!PyCapsule_IsValid(o.ptr(), "dltensor"))
     throw invalid(
         fmt::format("{} is not an unused \"dltensor\" capsule (a capsule is consumed "
                     "once; DLPack 1.0 versioned capsules are not read by this build)",
-                    what));
+                    what()));
   auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(o.ptr(), "dltensor"));
   if (PyCapsule_SetName(o.ptr(), "used_dltensor") != 0) throw py::error_already_set();
   return Held(m);

@@ -39,8 +39,9 @@ class Held {
   DLManagedTensor* m_ = nullptr;
 };
 
-// Exports `obj` as DLPack; `what` names it in errors ("tensor 'w' of the source").
-Held to_dlpack(py::handle obj, const std::string& what);
+// Exports `obj` as DLPack; errors name it as `pattern` with `name` in it ("tensor '{}' of the
+// source"), formatted only when one is raised: this runs once per tensor per round.
+Held to_dlpack(py::handle obj, std::string_view pattern, std::string_view name);
 
 // WT_ERR_INVALID_ARGUMENT with this message; the qualified name of obj's type.
 Error invalid(const std::string& text);

@@ -18,11 +18,17 @@ void run_interruptible(const std::function<void()>& work, const std::function<vo
   {
     py::gil_scoped_release released;
     std::thread worker([&] {
+      // A Python thread state for the thread's whole life: the callbacks it runs (a source's
+      // next tensor) then take the GIL without creating and deleting one each time.
+      const PyGILState_STATE state = PyGILState_Ensure();
+      PyThreadState* saved = PyEval_SaveThread();
       try {
         work();
       } catch (...) {
         failure = std::current_exception();
       }
+      PyEval_RestoreThread(saved);
+      PyGILState_Release(state);
       std::lock_guard<std::mutex> l(mu);
       done = true;
       cv.notify_all();

@@ -32,6 +32,7 @@ py::object items_of(py::handle obj) {
 
 std::vector<ParamMeta> metadata_of(py::handle items, const std::string& what) {
   std::vector<ParamMeta> meta;
+  const std::string pattern = "tensor '{}' of " + what;
   std::size_t i = 0;
   for (py::handle item : py::iter(items_of(items))) {
     py::sequence seq = py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item)
@@ -44,7 +45,7 @@ std::vector<ParamMeta> metadata_of(py::handle items, const std::string& what) {
       meta.push_back(std::move(m));
     } else {
       auto [name, tensor] = pair_of(item, i, what);
-      Held h = to_dlpack(tensor, fmt::format("tensor '{}' of {}", name, what));
+      Held h = to_dlpack(tensor, pattern, name);
       meta.push_back(meta_of(name, h.tensor()));
     }
     ++i;
@@ -129,7 +130,7 @@ bool PySource::next(wt_tensor& out) {
   }
   auto [name, tensor] = pair_of(item, index, "the source");
   names_.push_back(std::move(name));
-  held_.push_back(to_dlpack(tensor, fmt::format("tensor '{}' of the source", names_.back())));
+  held_.push_back(to_dlpack(tensor, "tensor '{}' of the source", names_.back()));
   out.name = names_.back().c_str();
   out.tensor = held_.back().tensor();
   return true;
@@ -138,6 +139,35 @@ bool PySource::next(wt_tensor& out) {
 void PySource::end() {
   py::gil_scoped_acquire g;
   release_pass();
+}
+
+}  // namespace wt::python
+
+namespace wt::python {
+
+PinnedSource::PinnedSource(py::object pairs) {
+  py::object items = py::hasattr(pairs, "named_parameters") && py::hasattr(pairs, "state_dict")
+                         ? pairs.attr("named_parameters")()
+                         : (py::hasattr(pairs, "items") ? pairs.attr("items")() : pairs);
+  std::size_t i = 0;
+  for (py::handle item : py::iter(items)) {
+    auto [name, tensor] = pair_of(item, i++, "the pinned source");
+    held_.push_back(to_dlpack(tensor, "tensor '{}' of the pinned source", name));
+    meta_.push_back(meta_of(name, held_.back().tensor()));
+  }
+}
+
+PinnedSource::~PinnedSource() {
+  py::gil_scoped_acquire g;
+  held_.clear();
+}
+
+bool PinnedSource::next(wt_tensor& out) {
+  if (next_ >= held_.size()) return false;
+  out.name = meta_[next_].name.c_str();
+  out.tensor = held_[next_].tensor();
+  ++next_;
+  return true;
 }
 
 }  // namespace wt::python

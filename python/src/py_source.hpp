@@ -50,3 +50,26 @@ class PySource final : public WeightSource {
 std::vector<ParamMeta> metadata_of(py::handle items, const std::string& what);
 
 }  // namespace wt::python
+
+namespace wt::python {
+
+// wt.PinnedSource: tensors exported once, at creation, and iterated without Python each round:
+// for weights whose memory stays put between rounds (an optimizer updates parameters in place).
+// A parameter replaced by a new tensor is not seen: use a live source for that.
+class PinnedSource final : public WeightSource {
+ public:
+  explicit PinnedSource(py::object pairs);  // GIL held
+  ~PinnedSource() override;
+
+  const std::vector<ParamMeta>& metadata() override { return meta_; }
+  void begin() override { next_ = 0; }
+  bool next(wt_tensor& out) override;
+  void end() override {}
+
+ private:
+  std::vector<ParamMeta> meta_;
+  std::vector<Held> held_;
+  std::size_t next_ = 0;
+};
+
+}  // namespace wt::python

@@ -96,11 +96,17 @@ class PyTrainer {
   PyTrainer(py::object info, py::object client, py::object source, py::object metadata) {
     const InitInfo init = InitInfo::from_json(json_text(info, "init_info"), "init_info");
     client_ = choose_client(std::move(client), failures_);
-    if (!source.is_none())
+    WeightSource* from = nullptr;
+    if (py::isinstance<PinnedSource>(source)) {
+      pinned_ = source;  // kept alive with the engine
+      from = &source.cast<PinnedSource&>();
+    } else if (!source.is_none()) {
       source_ = std::make_unique<PySource>(std::move(source), std::move(metadata), failures_);
+      from = source_.get();
+    }
     try {
       py::gil_scoped_release r;
-      engine_ = trainer_init(init, *client_.client, source_.get());
+      engine_ = trainer_init(init, *client_.client, from);
     } catch (const Error& e) {
       raise(e, failures_.take());
     }
@@ -120,9 +126,9 @@ class PyTrainer {
     for (const SparsePatch& p : given) {
       wt_sparse_patch c{};
       c.name = p.name.c_str();
-      held.push_back(to_dlpack(p.indices, fmt::format("the indices of patch '{}'", p.name)));
+      held.push_back(to_dlpack(p.indices, "the indices of patch '{}'", p.name));
       c.indices = held.back().tensor();
-      held.push_back(to_dlpack(p.values, fmt::format("the values of patch '{}'", p.name)));
+      held.push_back(to_dlpack(p.values, "the values of patch '{}'", p.name));
       c.values = held.back().tensor();
       c.full_ndim = static_cast<int32_t>(p.full_shape.size());
       c.full_shape = p.full_shape.data();
@@ -157,6 +163,7 @@ class PyTrainer {
   CallbackFailures failures_;
   ClientChoice client_;
   std::unique_ptr<PySource> source_;
+  py::object pinned_;                      // a wt.PinnedSource given as the source
   std::unique_ptr<TrainerEngine> engine_;  // last: goes first
 };
 
@@ -169,8 +176,8 @@ py::list make_delta_py(py::object before, py::object after, unsigned threads) {
     if (!prev.contains(item.first))
       throw Error(WT_ERR_NOT_FOUND,
                   fmt::format("make_delta: tensor '{}' is in `after` but not in `before`", name));
-    Held p = to_dlpack(prev[item.first], fmt::format("tensor '{}' of `before`", name));
-    Held c = to_dlpack(item.second, fmt::format("tensor '{}' of `after`", name));
+    Held p = to_dlpack(prev[item.first], "tensor '{}' of `before`", name);
+    Held c = to_dlpack(item.second, "tensor '{}' of `after`", name);
     auto delta = std::make_shared<Delta>();
     {
       py::gil_scoped_release r;
@@ -210,6 +217,12 @@ void bind_trainer(py::module_& m) {
                            py::len(p.indices),
                            py::repr(py::cast(p.full_shape)).cast<std::string>());
       });
+
+  py::class_<PinnedSource>(m, "PinnedSource",
+                           "Tensors exported once and iterated each round without Python: for "
+                           "weights updated in place (an nn.Module, a dict, or pairs).")
+      .def(py::init<py::object>(), py::arg("source"))
+      .def("__len__", [](PinnedSource& s) { return s.metadata().size(); });
 
   py::class_<PyTrainer>(m, "TrainerEngine", "A trainer-side engine; made by wt.trainer_init.")
       .def(py::init<py::object, py::object, py::object, py::object>(), py::arg("init_info"),

@@ -80,7 +80,7 @@ class PyLoader final : public Loader {
                         fmt::format("destination('{}') raised", param.name));
     }
     if (d.is_none()) return std::nullopt;
-    Held h = to_dlpack(d, fmt::format("destination('{}')", param.name));
+    Held h = to_dlpack(d, "destination('{}')", param.name);
     const DLTensor& t = h.tensor();
     const bool same_shape = t.ndim == static_cast<int32_t>(param.shape.size()) &&
                             std::equal(param.shape.begin(), param.shape.end(), t.shape);

@@ -21,7 +21,7 @@ import tempfile as _tempfile
 import weakref as _weakref
 
 from . import errors
-from ._wt import (HttpClient, Receiver, SparsePatch, WorkerEngine, __version__,
+from ._wt import (HttpClient, PinnedSource, Receiver, SparsePatch, WorkerEngine, __version__,
                   add_plugin_directory, make_delta, plugins, search_path)
 from ._wt import TrainerEngine as _TrainerEngine
 from .errors import (Aborted, Device, Error, Incompatible, Internal, InvalidArgument, NotFound,
@@ -29,6 +29,7 @@ from .errors import (Aborted, Device, Error, Incompatible, Internal, InvalidArgu
 
 __all__ = [
     "trainer_init", "TrainerEngine", "WorkerEngine", "Receiver", "HttpClient", "SparsePatch",
+    "PinnedSource",
     "make_delta", "plugins", "search_path", "add_plugin_directory", "launch", "errors", "Error",
     "InvalidArgument", "Incompatible", "Unsupported", "State", "System", "Device", "Timeout",
     "Aborted", "Remote", "NotFound", "Internal", "__version__",
