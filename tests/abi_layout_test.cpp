@@ -131,7 +131,8 @@ WT_PIN(wt_weight_source, metadata, 16);
 WT_PIN(wt_weight_source, begin, 24);
 WT_PIN(wt_weight_source, next, 32);
 WT_PIN(wt_weight_source, end, 40);
-static_assert(sizeof(wt_weight_source) == 48);
+WT_PIN(wt_weight_source, flags, 48);  // grown in wt 0.3: ABI 2 plugins read up to `end`
+static_assert(sizeof(wt_weight_source) == 56);
 
 WT_PIN(wt_trainer_create_args, host, 8);
 WT_PIN(wt_trainer_create_args, info, 16);

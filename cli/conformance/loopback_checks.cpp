@@ -7,6 +7,7 @@
 #include "../training_step.hpp"
 
 #include <wt/error.hpp>
+#include <wt/sdk/tensor_layout.hpp>
 #include <wt/services/checkpoint_gen.hpp>
 #include <wt/services/checksum.hpp>
 #include <wt/services/http_client.hpp>
@@ -192,6 +193,33 @@ class HeldSource : public WeightSource {
   std::mutex mu_;
   std::condition_variable cv_;
   bool holding_ = false, released_ = false;
+};
+
+// A streaming source that hands out every tensor in one reused buffer: a plugin that reads a
+// tensor after asking for the next one reads the next one's bytes, and the round fails to verify.
+class ReusedBufferSource : public WeightSource {
+ public:
+  explicit ReusedBufferSource(WeightSource& inner) : inner_(inner) {}
+  bool prefers_streaming() const override { return true; }
+  const std::vector<ParamMeta>& metadata() override { return inner_.metadata(); }
+  void begin() override { inner_.begin(); }
+  bool next(wt_tensor& out) override {
+    if (!inner_.next(out)) return false;
+    uint64_t n = 0;
+    checked_nbytes(out.tensor.shape, out.tensor.ndim, out.tensor.dtype, &n);
+    if (buffer_.size() < n) buffer_.resize(n);
+    std::fill(buffer_.begin(), buffer_.end(), 0xa5);  // nothing of the last tensor stays
+    copy_to_contiguous(buffer_.data(), out.tensor, n);
+    out.tensor.data = buffer_.data();
+    out.tensor.byte_offset = 0;
+    out.tensor.strides = nullptr;
+    return true;
+  }
+  void end() override { inner_.end(); }
+
+ private:
+  WeightSource& inner_;
+  std::vector<unsigned char> buffer_;
 };
 
 // What a process holds: open descriptors (by number, with what they point at) and threads.
@@ -417,6 +445,27 @@ void check_loopback(Context& ctx, std::string& detail) {
       "first on a trainer of its own)",
       ctx.options.rounds, lb->checkpoint->size(), lb->checkpoint->total_bytes(),
       lb->sparse ? ", sent as 1% patches" : "", seconds(Clock::now() - start));
+}
+
+void check_streaming_source(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.sparse) {
+    detail = "a delta backend takes no weight source";
+    return;
+  }
+  ReusedBufferSource source(*lb.checkpoint);
+  auto t = lb.trainer(ctx, &source);
+  if (!(ctx.plugin->capabilities() & WT_CAP_STREAMING_SOURCE) || ctx.abi < 2) {
+    if (source.streaming())
+      fail("the host streams a source to a plugin that does not declare WT_CAP_STREAMING_SOURCE");
+    detail = "does not declare WT_CAP_STREAMING_SOURCE: the host keeps every tensor until end()";
+    return;
+  }
+  if (!source.streaming())
+    fail("trainer_init did not stream a source that asks for it to this plugin");
+  lb.verified_round(*t, "a round from a source that reuses one buffer for every tensor");
+  detail = fmt::format("{} tensors handed out in one reused buffer arrived exact",
+                       lb.checkpoint->size());
 }
 
 void check_rejected_update(Context& ctx, std::string& detail) {
@@ -877,9 +926,15 @@ void check_leftovers(Context& ctx, std::string& detail) {
   Loopback& lb = loopback(ctx);
   if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
   std::vector<std::string> found;
+  // Processes: the first three named, the rest counted, so that the other kinds still show.
+  std::size_t strays = 0;
   for (const auto& [check, p] : ctx.strays)
+    if (++strays <= 3)
+      found.push_back(fmt::format("process {} ({}) still running after '{}' (killed)", p.pid,
+                                  p.command, check));
+  if (strays > 3)
     found.push_back(
-        fmt::format("process {} ({}) still running after '{}' (killed)", p.pid, p.command, check));
+        fmt::format("{} more process(es) still running after later checks (killed)", strays - 3));
   for (const auto& p : descendants(lb.server->pid()))
     found.push_back(
         fmt::format("process {} ({}) started by the worker side, still running", p.pid, p.command));

@@ -53,9 +53,15 @@ const wt_client* Client::c_client() {
   return &c_;
 }
 
+void WeightSource::set_streaming(bool on) {
+  streaming_ = on;
+  c_.flags = on ? WT_SOURCE_RELEASES_EACH_TENSOR : 0;
+}
+
 const wt_weight_source* WeightSource::c_source() {
   c_.struct_size = sizeof(wt_weight_source);
   c_.abi_version = WT_ABI_VERSION;
+  c_.flags = streaming_ ? WT_SOURCE_RELEASES_EACH_TENSOR : 0;
   c_.ctx = this;
   c_.metadata = [](void* ctx, const wt_param_meta** params, size_t* count, char* err, size_t cap) {
     return host_guard(err, cap, [&] {

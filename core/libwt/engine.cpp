@@ -3,8 +3,8 @@
 #include <wt/dtype.hpp>
 #include <wt/log.hpp>
 
-#include "internal.hpp"
 #include "abi2_sizes.hpp"
+#include "internal.hpp"
 #include "plugin_table.hpp"
 
 #include <fmt/format.h>
@@ -233,6 +233,11 @@ std::unique_ptr<TrainerEngine> trainer_init(const InitInfo& info, Client& client
                     "trainer_init got none",
                     plugin->backend()));
   auto engine = std::make_unique<TrainerEngine>(plugin, client);
+  // A source that frees each tensor as the engine moves on does so only for a plugin that said
+  // it reads each tensor before asking for the next (a bit ABI 1 does not define).
+  if (source != nullptr)
+    source->set_streaming(source->prefers_streaming() && plugin->abi_version() >= 2 &&
+                          (caps & WT_CAP_STREAMING_SOURCE) != 0);
   if (source != nullptr)
     engine->source_ = std::make_unique<TrainerEngine::CheckedSource>(*plugin, source->c_source());
   wt_trainer_create_args args{};

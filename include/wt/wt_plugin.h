@@ -129,6 +129,10 @@ typedef int32_t wt_status;
 #define WT_CAP_CUDA_MEMORY (1ull << 3) /* moves tensors in CUDA memory (kDLCUDA) */
 #define WT_CAP_SPARSE (1ull << 4)      /* delta backend: send_weights takes patches, no source */
 #define WT_CAP_PACKED (1ull << 5)      /* supports packed (bucketed) transfer */
+/* since wt 0.3 (ABI 2): the trainer honours WT_SOURCE_RELEASES_EACH_TENSOR (below): it has read
+ * (or copied, any asynchronous copy completed) each tensor from next() before it calls next()
+ * again or end(). A host gives such a source only to a plugin declaring this bit. */
+#define WT_CAP_STREAMING_SOURCE (1ull << 6)
 
 /* ------------------------------------------------------------------------------------------------
  * Log levels, for wt_host_api.log.
@@ -220,7 +224,11 @@ typedef struct wt_client {
  *   it: an item that disagrees, or a pass that ends early or runs long, makes next() fail with
  *   WT_ERR_INVALID_ARGUMENT naming the item, so an engine never delivers an unannounced model.
  * Only one pass is open at a time. Tensors returned by next() stay valid until end(): an engine
- * calls end() only after the inference side has loaded them.
+ * calls end() only after the inference side has loaded them -- unless `flags` (when struct_size
+ * covers it) holds WT_SOURCE_RELEASES_EACH_TENSOR: then a tensor is valid only until the next
+ * call to next() or end(), as a source that gathers one full tensor at a time needs (an FSDP
+ * model's full_tensor() per parameter). Hosts set it only for plugins declaring
+ * WT_CAP_STREAMING_SOURCE.
  * --------------------------------------------------------------------------------------------- */
 typedef struct wt_weight_source {
   uint32_t struct_size;
@@ -235,7 +243,12 @@ typedef struct wt_weight_source {
    * when the pass is exhausted. */
   wt_status (*next)(void* ctx, wt_tensor* out, int32_t* done, char* err, size_t err_cap);
   void (*end)(void* ctx);
+  /* ---- since wt 0.3 (read it only when struct_size covers it) ---- */
+  uint64_t flags; /* WT_SOURCE_* bits */
 } wt_weight_source;
+
+/* wt_weight_source.flags */
+#define WT_SOURCE_RELEASES_EACH_TENSOR (1ull << 0) /* next()'s tensor is valid until the next call */
 
 /* ------------------------------------------------------------------------------------------------
  * Trainer group (implemented by the host): the trainer ranks that call trainer_init together,

@@ -26,7 +26,8 @@ constexpr uint32_t kCudaMemory = 0;
 constexpr wt::sdk::PluginDefinition kDefinition{
     WT_PLUGIN_BACKEND,
     WT_PLUGIN_VERSION,
-    WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY | WT_CAP_PACKED | kCudaMemory,
+    WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY | WT_CAP_PACKED | kCudaMemory |
+        WT_CAP_STREAMING_SOURCE,
     &wt::nccl::NcclInitInfo::parse,
     &make_trainer,
     &make_worker};

@@ -143,6 +143,9 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
   const std::size_t slots = static_cast<std::size_t>(info_.packed_num_buffers);
   std::optional<plugins::BroadcastPipeline> pipeline;
   if (info_.packed) pipeline.emplace(*group_, slots);
+  // A streaming source frees each tensor when asked for the next (WT_CAP_STREAMING_SOURCE): no
+  // chunk is then broadcast from the source's memory, and a CUDA copy is done before moving on.
+  const bool streaming = source_.releases_each_tensor();
   std::size_t chunk = 0, direct_chunks = 0;
   uint64_t used = 0;
   unsigned char* buffer = nullptr;        // the chunk's packing buffer, once needed
@@ -183,8 +186,8 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
     // source keeps its tensors valid until the pass ends, after the last broadcast. Otherwise
     // the tensors seen so far are packed into the chunk's buffer, and the rest as they come.
     const bool starts = used == 0;
-    const bool adjacent =
-        is_compact(t.tensor) && (starts || (direct != nullptr && src == direct + used));
+    const bool adjacent = !streaming && is_compact(t.tensor) &&
+                          (starts || (direct != nullptr && src == direct + used));
     if (starts && adjacent) direct = src;
     if (!adjacent && direct != nullptr) {  // the run broke: pack what it covered
       buffer = chunk_buffer(chunk);
@@ -194,6 +197,7 @@ void NcclTrainer::broadcast_round(sdk::SourceRef::Pass& pass, const std::vector<
     if (direct == nullptr) {
       if (buffer == nullptr) buffer = chunk_buffer(chunk);
       copy_in(buffer + used, src, sizes[i]);
+      if (streaming && cuda_device_ >= 0) plugins::wait_stream(cuda_device_, group_->stream());
     }
     used += sizes[i];
     if (i + 1 == chunks[chunk].last) {

@@ -115,7 +115,8 @@ void PySource::begin() {
 
 bool PySource::next(wt_tensor& out) {
   py::gil_scoped_acquire g;
-  const std::size_t index = held_.size();
+  const std::size_t index = names_.size();
+  if (streaming()) held_.clear();  // the engine is done with the previous tensor
   py::object item;
   try {
     PyObject* raw = PyIter_Next(iter_.ptr());

@@ -27,6 +27,9 @@ class PySource final : public WeightSource {
   ~PySource() override;
 
   const std::vector<ParamMeta>& metadata() override { return meta_; }
+  // A callable's tensors (a generator gathering one at a time) are let go as the engine moves on,
+  // where the plugin allows it: one gathered tensor alive at a time.
+  bool prefers_streaming() const override { return kind_ == Kind::kCallable; }
   void begin() override;
   bool next(wt_tensor& out) override;
   void end() override;

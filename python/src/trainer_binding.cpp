@@ -158,6 +158,7 @@ class PyTrainer {
   }
 
   std::string backend() const { return engine_ ? engine_->plugin().backend() : std::string(); }
+  bool streams_source() const { return source_ && source_->streaming(); }
 
  private:
   CallbackFailures failures_;
@@ -231,7 +232,10 @@ void bind_trainer(py::module_& m) {
            py::arg("patches") = py::none())
       .def("abort", &PyTrainer::abort)
       .def("close", &PyTrainer::close)
-      .def_property_readonly("backend", &PyTrainer::backend);
+      .def_property_readonly("backend", &PyTrainer::backend)
+      .def_property_readonly("streams_source", &PyTrainer::streams_source,
+                             "Whether each tensor of a callable source is let go as soon as the "
+                             "engine moved past it (plugins with WT_CAP_STREAMING_SOURCE).");
 
   m.def("make_delta", &make_delta_py, py::arg("before"), py::arg("after"), py::arg("threads") = 0,
         "Patches for every tensor of `after` whose bits differ from `before` (dicts name -> "

@@ -85,9 +85,3 @@ def serve():
     yield start
     for s in started:
         s.stop()
-
-
-def run_python(code, timeout=60, **kw):
-    """Runs `code` in a fresh interpreter (this one), with this package on its path."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, env=os.environ.copy(), **kw)

@@ -108,6 +108,12 @@ class SourceRef {
   explicit SourceRef(const wt_weight_source* s = nullptr) : s_(s) {}
   bool valid() const { return s_ != nullptr; }
   const wt_weight_source* raw() const { return s_; }
+  // WT_SOURCE_RELEASES_EACH_TENSOR: a tensor from next() is valid only until the next call (a
+  // host sets it only for a plugin declaring WT_CAP_STREAMING_SOURCE). Read at each pass.
+  bool releases_each_tensor() const {
+    return s_ != nullptr && covers(s_, &wt_weight_source::flags) &&
+           (s_->flags & WT_SOURCE_RELEASES_EACH_TENSOR) != 0;
+  }
 
   std::vector<ParamMeta> metadata() const {
     const wt_param_meta* p = nullptr;
