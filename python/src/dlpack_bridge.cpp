@@ -86,30 +86,47 @@ py::object export_tensor(std::unique_ptr<Export> e) {
 
 }  // namespace
 
+namespace {
+
+// torch.Tensor and torch._C._to_dlpack, once torch is imported (never released: module lifetime).
+struct Torch {
+  PyObject* tensor = nullptr;
+  PyObject* to_dlpack = nullptr;
+};
+
+const Torch& torch_symbols() {
+  static Torch t;
+  if (t.tensor == nullptr || t.to_dlpack == nullptr) {  // looked up again until torch is there
+    PyObject* torch = PyImport_GetModule(py::str("torch").ptr());
+    if (torch != nullptr) {
+      if (t.tensor == nullptr) t.tensor = PyObject_GetAttrString(torch, "Tensor");
+      PyObject* c = PyObject_GetAttrString(torch, "_C");
+      if (c != nullptr && t.to_dlpack == nullptr)
+        t.to_dlpack = PyObject_GetAttrString(c, "_to_dlpack");
+      Py_XDECREF(c);
+      Py_DECREF(torch);
+    }
+    PyErr_Clear();
+  }
+  return t;
+}
+
+}  // namespace
+
+bool is_torch_tensor(py::handle obj) {
+  const Torch& t = torch_symbols();
+  return t.tensor != nullptr &&
+         PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(t.tensor));
+}
+
 Held to_dlpack(py::handle obj, std::string_view pattern, std::string_view name) {
   auto what = [&] { return fmt::format(fmt::runtime(pattern), name); };
   py::object o = py::reinterpret_borrow<py::object>(obj);
   // torch tensors go straight to torch's C exporter: its Python __dlpack__ wrapper costs more
   // than the rest of a tensor's turn, and refuses parameters that require grad (the capsule
   // references the memory, not the autograd graph, so nothing is lost by exporting them).
-  static PyObject* torch_tensor = nullptr;
-  static PyObject* torch_export = nullptr;
-  static bool looked = false;
-  if (!looked) {
-    looked = true;
-    PyObject* torch = PyImport_GetModule(py::str("torch").ptr());  // only once imported
-    if (torch != nullptr) {
-      torch_tensor = PyObject_GetAttrString(torch, "Tensor");
-      PyObject* c = PyObject_GetAttrString(torch, "_C");
-      if (c != nullptr) torch_export = PyObject_GetAttrString(c, "_to_dlpack");
-      Py_XDECREF(c);
-      Py_DECREF(torch);
-    }
-    PyErr_Clear();
-    if (torch_tensor == nullptr || torch_export == nullptr) looked = false;  // look again later
-  }
-  if (torch_export != nullptr &&
-      PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(torch_tensor))) {
+  PyObject* torch_export = torch_symbols().to_dlpack;
+  if (torch_export != nullptr && is_torch_tensor(o)) {
     PyObject* cap = PyObject_CallOneArg(torch_export, o.ptr());
     if (cap == nullptr) {
       py::error_already_set e;

@@ -43,6 +43,9 @@ class Held {
 // source"), formatted only when one is raised: this runs once per tensor per round.
 Held to_dlpack(py::handle obj, std::string_view pattern, std::string_view name);
 
+// A torch.Tensor (torch imported already).
+bool is_torch_tensor(py::handle obj);
+
 // WT_ERR_INVALID_ARGUMENT with this message; the qualified name of obj's type.
 Error invalid(const std::string& text);
 std::string type_name(py::handle obj);

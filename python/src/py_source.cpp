@@ -80,6 +80,7 @@ PySource::PySource(py::object source, py::object metadata, CallbackFailures& fai
 PySource::~PySource() {
   py::gil_scoped_acquire g;
   release_pass();
+  cache_.clear();
   source_ = py::object();
 }
 
@@ -99,6 +100,8 @@ py::object PySource::fresh_iterator() {
 
 void PySource::release_pass() {
   iter_ = py::object();
+  ready_.clear();
+  served_ = 0;
   held_.clear();  // the GIL is held: a numpy deleter may touch Python objects
   names_.clear();
 }
@@ -106,17 +109,67 @@ void PySource::release_pass() {
 void PySource::begin() {
   py::gil_scoped_acquire g;
   release_pass();
+  held_.reserve(meta_.size());
+  names_.reserve(meta_.size());
   try {
     iter_ = py::iter(fresh_iterator());
   } catch (py::error_already_set& e) {
     failures_.rethrow(e, WT_ERR_INVALID_ARGUMENT, "the source raised while starting a pass");
   }
+  // A module's, a dict's or a list's tensors are all alive anyway: export them now, under one
+  // GIL hold, and serve the pass without Python. A callable is fetched lazily, tensor by tensor.
+  prefetched_ = kind_ != Kind::kCallable;
+  if (prefetched_) {
+    ready_.reserve(meta_.size());
+    wt_tensor t{};
+    while (fetch(t)) ready_.push_back(t);
+    if (cache_.size() > ready_.size()) cache_.resize(ready_.size());
+  }
 }
 
-bool PySource::next(wt_tensor& out) {
-  py::gil_scoped_acquire g;
+namespace {
+
+// The tensor is still what it was when exported: same dtype, memory, shape and strides (an
+// optimizer's in-place update keeps them; `p.data = other` or a resize_ does not).
+bool unchanged(const PySource::Export& e, py::handle t) {
+  if (!py::object(t.attr("dtype")).is(e.dtype)) return false;
+  if (PyLong_AsVoidPtr(t.attr("data_ptr")().ptr()) != e.data) return false;
+  py::tuple size = t.attr("size")();
+  py::tuple stride = t.attr("stride")();
+  if (size.size() != e.shape.size() || stride.size() != e.shape.size()) return false;
+  for (std::size_t d = 0; d < e.shape.size(); ++d)
+    if (PyLong_AsLongLong(size[d].ptr()) != e.shape[d] ||
+        PyLong_AsLongLong(stride[d].ptr()) != e.strides[d])
+      return false;
+  return true;
+}
+
+}  // namespace
+
+DLTensor PySource::cached_export(std::size_t index, py::handle tensor, std::string_view name) {
+  if (cache_.size() <= index) cache_.resize(index + 1);
+  Export& e = cache_[index];
+  if (e.obj.ptr() == tensor.ptr() && unchanged(e, tensor)) return e.view;
+  e.held = to_dlpack(tensor, "tensor '{}' of the source", name);
+  const DLTensor& d = e.held.tensor();
+  e.obj = py::reinterpret_borrow<py::object>(tensor);
+  e.dtype = tensor.attr("dtype");
+  e.data = static_cast<char*>(d.data) + d.byte_offset;
+  e.shape.assign(d.shape, d.shape + d.ndim);
+  e.strides.assign(e.shape.size(), 1);
+  if (d.strides != nullptr) {
+    e.strides.assign(d.strides, d.strides + d.ndim);
+  } else {  // row-major
+    for (int i = d.ndim - 2; i >= 0; --i) e.strides[i] = e.strides[i + 1] * e.shape[i + 1];
+  }
+  e.view = d;  // pointing at the copies above, not into torch's tensor
+  e.view.shape = e.shape.data();
+  e.view.strides = e.strides.data();
+  return e.view;
+}
+
+bool PySource::fetch(wt_tensor& out) {
   const std::size_t index = names_.size();
-  if (streaming()) held_.clear();  // the engine is done with the previous tensor
   py::object item;
   try {
     PyObject* raw = PyIter_Next(iter_.ptr());
@@ -129,12 +182,41 @@ bool PySource::next(wt_tensor& out) {
     failures_.rethrow(e, WT_ERR_INVALID_ARGUMENT,
                       fmt::format("the source raised at item {}", index));
   }
-  auto [name, tensor] = pair_of(item, index, "the source");
+  // The name is the str object's own UTF-8 (kept alive with it): no copy per tensor.
+  PyObject* it = item.ptr();
+  py::object name, tensor;
+  if (PyTuple_CheckExact(it) && PyTuple_GET_SIZE(it) == 2 &&
+      PyUnicode_Check(PyTuple_GET_ITEM(it, 0))) {  // what dict.items() and named_parameters() yield
+    name = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(it, 0));
+    tensor = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(it, 1));
+  } else {
+    auto [n, t] = pair_of(item, index, "the source");
+    name = py::str(n);
+    tensor = std::move(t);
+  }
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(name.ptr(), &size);
+  if (utf8 == nullptr) throw py::error_already_set();
+  if (prefetched_ && is_torch_tensor(tensor)) {
+    out.tensor = cached_export(index, tensor, std::string_view(utf8, size));
+  } else {
+    held_.push_back(to_dlpack(tensor, "tensor '{}' of the source", std::string_view(utf8, size)));
+    out.tensor = held_.back().tensor();
+  }
   names_.push_back(std::move(name));
-  held_.push_back(to_dlpack(tensor, "tensor '{}' of the source", names_.back()));
-  out.name = names_.back().c_str();
-  out.tensor = held_.back().tensor();
+  out.name = utf8;
   return true;
+}
+
+bool PySource::next(wt_tensor& out) {
+  if (prefetched_) {  // every tensor exported at begin(): no Python here
+    if (served_ >= ready_.size()) return false;
+    out = ready_[served_++];
+    return true;
+  }
+  py::gil_scoped_acquire g;
+  if (streaming()) held_.clear();  // the engine is done with the previous tensor
+  return fetch(out);
 }
 
 void PySource::end() {

@@ -22,6 +22,13 @@ namespace wt::python {
 
 class PySource final : public WeightSource {
  public:
+  struct Export {
+    py::object obj, dtype;
+    const void* data = nullptr;
+    std::vector<int64_t> shape, strides;
+    Held held;
+    DLTensor view{};
+  };
   // GIL held.
   PySource(py::object source, py::object metadata, CallbackFailures& failures);
   ~PySource() override;
@@ -37,7 +44,9 @@ class PySource final : public WeightSource {
  private:
   enum class Kind { kModule, kMapping, kIterable, kCallable };
   py::object fresh_iterator();  // GIL held
-  void release_pass();          // GIL held
+  bool fetch(wt_tensor& out);   // the iterator's next tensor, exported and kept (GIL held)
+  DLTensor cached_export(std::size_t index, py::handle tensor, std::string_view name);
+  void release_pass();  // GIL held
 
   py::object source_;
   Kind kind_;
@@ -46,7 +55,15 @@ class PySource final : public WeightSource {
   // The pass in progress: its iterator, the tensors handed out, their names.
   py::object iter_;
   std::vector<Held> held_;
-  std::deque<std::string> names_;
+  std::vector<py::object> names_;  // the str objects: out.name points into them
+  bool prefetched_ = false;        // the whole pass exported at begin()
+  // Torch tensors of a prefetched pass, by position, kept from round to round: exporting costs
+  // more than checking that a tensor is still what it was (the same object, dtype, memory,
+  // shape and strides), which an optimizer's in-place step keeps. Held until replaced or the
+  // source goes.
+  std::vector<Export> cache_;
+  std::vector<wt_tensor> ready_;
+  std::size_t served_ = 0;
 };
 
 // (name, tensor) pairs from a mapping or an iterable; `what` names the argument in errors.

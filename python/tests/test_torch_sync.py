@@ -100,3 +100,23 @@ def test_sparse_nccl_deltas_into_wt_serve(serve, tmp_path):
         assert_synced([url], model, f"step-{step}")
         before = after
     engine.close()
+
+
+def test_parameters_replaced_or_reshaped_between_rounds_are_sent_as_they_are_now():
+    # The export of a module's tensors is reused while a tensor is what it was; any change of
+    # memory, dtype or layout is exported anew.
+    receiver = wt.Receiver("ipc")
+    model = torch.nn.Linear(4, 4)
+    engine = wt.trainer_init({"backend": "ipc"}, client=receiver, source=model)
+    engine.send_weights()
+    with torch.no_grad():
+        model.weight.mul_(3)  # in place: the same memory
+    engine.send_weights()
+    assert torch.equal(receiver.tensor("weight"), model.weight.detach())
+    model.weight.data = torch.full((4, 4), 7.0)  # the same Parameter, other memory
+    engine.send_weights()
+    assert torch.equal(receiver.tensor("weight"), torch.full((4, 4), 7.0))
+    model.weight.data = torch.arange(16.0).reshape(4, 4).t()  # other strides
+    engine.send_weights()
+    assert torch.equal(receiver.tensor("weight"), torch.arange(16.0).reshape(4, 4).t())
+    engine.close()
