@@ -1,24 +1,13 @@
 // wt.HttpClient: vLLM's HTTP weight-sync client (and wt serve's extras), every call with the GIL
 // released.
 #include "bindings.hpp"
+#include "py_json.hpp"
 
 #include <wt/services/http_client.hpp>
 
 #include <pybind11/stl.h>
 
 namespace wt::python {
-
-namespace {
-
-std::string dumps(py::handle obj) {
-  return py::module_::import("json").attr("dumps")(obj).cast<std::string>();
-}
-
-py::object loads(const std::string& text) {
-  return py::module_::import("json").attr("loads")(text);
-}
-
-}  // namespace
 
 void bind_clients(py::module_& m) {
   using R = py::gil_scoped_release;
@@ -34,14 +23,14 @@ void bind_clients(py::module_& m) {
       .def_property_readonly("base_url", &HttpClient::base_url)
       .def("init_weight_transfer_engine",
            [](HttpClient& c, py::object info) {
-             const std::string text = dumps(info);
+             const std::string text = json_text(info, "the payload");
              R r;
              c.init_weight_transfer_engine(text);
            })
       .def("start_weight_update", &HttpClient::start_weight_update, py::call_guard<R>())
       .def("update_weights",
            [](HttpClient& c, py::object info) {
-             const std::string text = dumps(info);
+             const std::string text = json_text(info, "the payload");
              R r;
              c.update_weights(text);
            })
@@ -58,7 +47,7 @@ void bind_clients(py::module_& m) {
           R r;
           j = c.get(path);
         }
-        return loads(j.dump());
+        return from_json_text(j.dump());
       });
 }
 

@@ -1,16 +1,9 @@
 #include "py_client.hpp"
+#include "py_json.hpp"
 
 #include <fmt/format.h>
 
 namespace wt::python {
-
-namespace {
-
-py::object from_json(std::string_view text) {
-  return py::module_::import("json").attr("loads")(py::str(text.data(), text.size()));
-}
-
-}  // namespace
 
 PyClient::PyClient(py::object client, CallbackFailures& failures)
     : client_(std::move(client)), failures_(failures) {
@@ -41,7 +34,7 @@ void PyClient::call(const char* method, Args&&... args) {
 
 void PyClient::init_weight_transfer_engine(std::string_view init_info_json) {
   py::gil_scoped_acquire g;
-  call("init_weight_transfer_engine", from_json(init_info_json));
+  call("init_weight_transfer_engine", from_json_text(init_info_json));
 }
 
 void PyClient::start_weight_update() {
@@ -50,7 +43,7 @@ void PyClient::start_weight_update() {
 
 void PyClient::update_weights(std::string_view update_info_json) {
   py::gil_scoped_acquire g;
-  call("update_weights", from_json(update_info_json));
+  call("update_weights", from_json_text(update_info_json));
 }
 
 void PyClient::finish_weight_update(const std::optional<std::string>& weight_version) {

@@ -1,6 +1,7 @@
 #include "bindings.hpp"
 #include "dlpack_bridge.hpp"
 #include "py_errors.hpp"
+#include "py_json.hpp"
 #include "py_receiver.hpp"
 #include "py_source.hpp"
 
@@ -23,9 +24,7 @@ PyReceiver::PyReceiver(const std::string& backend, py::object options, const std
                 "wt.Receiver keeps weights in host memory: device must be \"cpu\" (use wt serve "
                 "--device cuda:N for a CUDA receiver)");
   o.load_threads = load_threads;
-  if (!options.is_none())
-    o.backend_options = nlohmann::json::parse(
-        py::module_::import("json").attr("dumps")(options).cast<std::string>());
+  if (!options.is_none()) o.backend_options = nlohmann::json::parse(json_text(options, "options"));
   receiver_ = std::make_unique<Receiver>(std::move(o));
 }
 

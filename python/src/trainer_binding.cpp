@@ -4,6 +4,7 @@
 #include "dlpack_bridge.hpp"
 #include "py_client.hpp"
 #include "py_errors.hpp"
+#include "py_json.hpp"
 #include "py_receiver.hpp"
 #include "py_source.hpp"
 
@@ -82,13 +83,6 @@ ClientChoice choose_client(py::object client, CallbackFailures& failures) {
     c.client = c.made.get();
   }
   return c;
-}
-
-std::string json_text(py::handle obj, const char* what) {
-  if (py::isinstance<py::str>(obj)) return obj.cast<std::string>();
-  if (!py::isinstance<py::dict>(obj))
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{} must be a dict (or JSON text)", what));
-  return py::module_::import("json").attr("dumps")(obj).cast<std::string>();
 }
 
 class PyTrainer {

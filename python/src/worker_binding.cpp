@@ -4,10 +4,12 @@
 #include "bindings.hpp"
 #include "dlpack_bridge.hpp"
 #include "py_errors.hpp"
+#include "py_json.hpp"
 
 #include <wt/dtype.hpp>
 #include <wt/engine.hpp>
 #include <wt/error.hpp>
+#include <wt/sdk/tensor_layout.hpp>
 
 #include <fmt/format.h>
 
@@ -29,23 +31,6 @@ DLDevice parse_device(const std::string& text) {
 }
 
 namespace {
-
-std::string json_of(py::handle obj, const char* what) {
-  if (py::isinstance<py::str>(obj)) return obj.cast<std::string>();
-  if (!py::isinstance<py::dict>(obj) && !py::isinstance<py::list>(obj))
-    throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("{} must be a dict (or JSON text)", what));
-  return py::module_::import("json").attr("dumps")(obj).cast<std::string>();
-}
-
-bool compact(const DLTensor& t) {
-  if (t.strides == nullptr) return true;
-  int64_t expect = 1;
-  for (int i = t.ndim - 1; i >= 0; --i) {
-    if (t.shape[i] != 1 && t.strides[i] != expect) return false;
-    expect *= t.shape[i];
-  }
-  return true;
-}
 
 // The Loader of one receive(): Python's load and destination, called with the GIL.
 class PyLoader final : public Loader {
@@ -84,11 +69,11 @@ class PyLoader final : public Loader {
     const DLTensor& t = h.tensor();
     const bool same_shape = t.ndim == static_cast<int32_t>(param.shape.size()) &&
                             std::equal(param.shape.begin(), param.shape.end(), t.shape);
-    if (!(t.dtype == param.dtype) || !same_shape || !compact(t) || t.byte_offset != 0)
+    if (!(t.dtype == param.dtype) || !same_shape || !is_compact(t) || t.byte_offset != 0)
       throw Error(WT_ERR_INVALID_ARGUMENT,
                   fmt::format("destination('{}') returned a {}{} tensor, but the update sends {} "
                               "{}",
-                              param.name, describe(t), compact(t) ? "" : " non-contiguous",
+                              param.name, describe(t), is_compact(t) ? "" : " non-contiguous",
                               torch_name(param.dtype), [&] {
                                 std::string s;
                                 for (std::size_t i = 0; i < param.shape.size(); ++i)
@@ -121,8 +106,9 @@ class PyWorker {
            py::object options) {
     WorkerOptions o;
     o.device = parse_device(device);
-    if (!options.is_none()) o.backend_options = nlohmann::json::parse(json_of(options, "options"));
-    const std::string info = json_of(init_info, "init_info");
+    if (!options.is_none())
+      o.backend_options = nlohmann::json::parse(json_text(options, "options"));
+    const std::string info = json_text(init_info, "init_info");
     py::gil_scoped_release r;
     engine_ = WorkerEngine::create(backend, info, o);
   }
@@ -136,7 +122,7 @@ class PyWorker {
     engine_->start();
   }
   void receive(py::object update_info, py::object load, py::object destination) {
-    const std::string info = json_of(update_info, "update_info");
+    const std::string info = json_text(update_info, "update_info");
     PyLoader loader(std::move(load), std::move(destination), failures_);
     try {
       py::gil_scoped_release r;

@@ -1,0 +1,20 @@
+// JSON between Python objects and the text the C++ side takes (Python's own json module).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <string_view>
+
+namespace wt::python {
+
+namespace py = pybind11;
+
+// A dict or a list as JSON text, or str taken as JSON text already; anything else is refused
+// (WT_ERR_INVALID_ARGUMENT) naming `what`.
+std::string json_text(py::handle obj, const char* what);
+
+// JSON text as Python objects.
+py::object from_json_text(std::string_view text);
+
+}  // namespace wt::python
