@@ -47,20 +47,21 @@ std::vector<std::string> cpu_configs() {
   return out;
 }
 
-// The config to run: as shipped, or, under a sanitizer, the same config on the tiny layout. A
-// sanitizer's shadow memory makes a trainer and two receivers each holding a 1 GB model (twice,
-// staged and served) exceed the machine, and the OOM killer ends a receiver mid-round.
+// The config to run: the quickstart as shipped (the first thing a user runs, on the 1 GB model),
+// every other config on the tiny layout: what they test is the config (backend, receivers, rounds,
+// verification), and five more syncs of 1 GB cost the suite half a minute. Under a sanitizer the
+// quickstart too runs tiny: a sanitizer's shadow memory makes a trainer and two receivers each
+// holding a 1 GB model (twice, staged and served) exceed the machine.
 std::string as_run(const std::string& config) {
-#ifdef WT_TEST_SANITIZED
+#ifndef WT_TEST_SANITIZED
+  if (fs::path(config).filename() == "quickstart.yaml") return config;
+#endif
   std::ifstream f(config);
   std::string text((std::istreambuf_iterator<char>(f)), {});
   for (const char* big : {"model: qwen2.5-0.5b", "model: llama-3.2-1b"})
     for (auto p = text.find(big); p != std::string::npos; p = text.find(big))
       text.replace(p, std::strlen(big), "model: tiny");
-  return write_config("sanitized-" + fs::path(config).filename().string(), text);
-#else
-  return config;
-#endif
+  return write_config("tiny-" + fs::path(config).filename().string(), text);
 }
 
 TEST(Launch, EveryCpuConfigRunsGreen) {
