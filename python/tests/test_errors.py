@@ -153,3 +153,21 @@ def test_a_source_that_raises_or_yields_junk():
         wt.trainer_init({"backend": "ipc"}, client=Recorder(), source=[("x", "zeros")])
     with pytest.raises(wt.InvalidArgument, match="source is a int"):
         wt.trainer_init({"backend": "ipc"}, client=Recorder(), source=3)
+
+
+def test_every_public_name_has_a_type_stub():
+    import ast
+    import os
+    stub = os.path.join(os.path.dirname(wt.__file__), "__init__.pyi")
+    tree = ast.parse(open(stub).read())
+    declared = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            declared.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            declared.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            declared.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            declared.update(a.asname or a.name for a in node.names)
+    assert set(wt.__all__) - declared == set()
