@@ -116,15 +116,21 @@ void PySource::begin() {
   } catch (py::error_already_set& e) {
     failures_.rethrow(e, WT_ERR_INVALID_ARGUMENT, "the source raised while starting a pass");
   }
-  // A module's, a dict's or a list's tensors are all alive anyway: export them now, under one
-  // GIL hold, and serve the pass without Python. A callable is fetched lazily, tensor by tensor.
+  // A module's, a dict's or a list's tensors are all alive anyway: they are exported together,
+  // under one GIL hold, at the first next() (engines call begin() before they start the round's
+  // calls, next() once those run), and the pass is served without Python. A callable is
+  // fetched lazily, tensor by tensor.
   prefetched_ = kind_ != Kind::kCallable;
-  if (prefetched_) {
-    ready_.reserve(meta_.size());
-    wt_tensor t{};
-    while (fetch(t)) ready_.push_back(t);
-    if (cache_.size() > ready_.size()) cache_.resize(ready_.size());
-  }
+  exported_ = false;
+}
+
+void PySource::export_pass() {
+  py::gil_scoped_acquire g;
+  ready_.reserve(meta_.size());
+  wt_tensor t{};
+  while (fetch(t)) ready_.push_back(t);
+  if (cache_.size() > ready_.size()) cache_.resize(ready_.size());
+  exported_ = true;
 }
 
 namespace {
@@ -209,7 +215,8 @@ bool PySource::fetch(wt_tensor& out) {
 }
 
 bool PySource::next(wt_tensor& out) {
-  if (prefetched_) {  // every tensor exported at begin(): no Python here
+  if (prefetched_) {  // every tensor exported at once: no Python here after the first
+    if (!exported_) export_pass();
     if (served_ >= ready_.size()) return false;
     out = ready_[served_++];
     return true;

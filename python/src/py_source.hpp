@@ -45,6 +45,7 @@ class PySource final : public WeightSource {
   enum class Kind { kModule, kMapping, kIterable, kCallable };
   py::object fresh_iterator();  // GIL held
   bool fetch(wt_tensor& out);   // the iterator's next tensor, exported and kept (GIL held)
+  void export_pass();           // every tensor of the pass, fetched (takes the GIL)
   DLTensor cached_export(std::size_t index, py::handle tensor, std::string_view name);
   void release_pass();  // GIL held
 
@@ -56,7 +57,8 @@ class PySource final : public WeightSource {
   py::object iter_;
   std::vector<Held> held_;
   std::vector<py::object> names_;  // the str objects: out.name points into them
-  bool prefetched_ = false;        // the whole pass exported at begin()
+  bool prefetched_ = false;        // the whole pass exported at once, at the first next()
+  bool exported_ = false;
   // Torch tensors of a prefetched pass, by position, kept from round to round: exporting costs
   // more than checking that a tensor is still what it was (the same object, dtype, memory,
   // shape and strides), which an optimizer's in-place step keeps. Held until replaced or the
