@@ -24,7 +24,7 @@ PyReceiver::PyReceiver(const std::string& backend, py::object options, const std
                 "wt.Receiver keeps weights in host memory: device must be \"cpu\" (use wt serve "
                 "--device cuda:N for a CUDA receiver)");
   o.load_threads = load_threads;
-  if (!options.is_none()) o.backend_options = nlohmann::json::parse(json_text(options, "options"));
+  if (!options.is_none()) o.backend_options = json_object(options, "options");
   receiver_ = std::make_unique<Receiver>(std::move(o));
 }
 

@@ -106,8 +106,7 @@ class PyWorker {
            py::object options) {
     WorkerOptions o;
     o.device = parse_device(device);
-    if (!options.is_none())
-      o.backend_options = nlohmann::json::parse(json_text(options, "options"));
+    if (!options.is_none()) o.backend_options = json_object(options, "options");
     const std::string info = json_text(init_info, "init_info");
     py::gil_scoped_release r;
     engine_ = WorkerEngine::create(backend, info, o);

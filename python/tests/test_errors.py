@@ -171,3 +171,17 @@ def test_every_public_name_has_a_type_stub():
         elif isinstance(node, ast.ImportFrom):
             declared.update(a.asname or a.name for a in node.names)
     assert set(wt.__all__) - declared == set()
+
+
+def test_hostile_option_text_is_refused_not_recursed_into():
+    deep = "[" * 100000 + "]" * 100000
+    with pytest.raises(wt.InvalidArgument, match="options is not usable JSON"):
+        wt.WorkerEngine("ipc", {"packed": False}, options=deep)
+    with pytest.raises(wt.InvalidArgument, match="options is not usable JSON"):
+        wt.Receiver("ipc", options='{"a": ' + deep + "}")
+    with pytest.raises(wt.InvalidArgument, match="options must be a JSON object"):
+        wt.Receiver("ipc", options="[1]")
+    with pytest.raises(wt.InvalidArgument, match="init_info must be a dict"):
+        wt.WorkerEngine("ipc", 42)
+    with pytest.raises(wt.InvalidArgument):  # the plugin's own bounded parser
+        wt.WorkerEngine("ipc", deep)
