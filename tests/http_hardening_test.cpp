@@ -285,9 +285,11 @@ TEST(HttpHardening, SlowHeadersAreCutAtTheDeadlineAndHealthAnswersMeanwhile) {
     EXPECT_EQ(r->status, 200);
     EXPECT_LT(since(t0), 0.5);
   }
-  // Twice as many as threads, each sending a byte every 300 ms: with connections waiting for a
-  // thread, every one is cut once it waited 100 ms for more of its headers (well within the 2 s
-  // header deadline), and /health, queued behind them, answers at once.
+  // Twice as many as threads, each sending a byte every 300 ms, then /health. A connection
+  // dawdling over its headers gives its thread up once it waited 100 ms while another connection
+  // waits for one: the first four always do (the last four are queued behind them), and of the
+  // last four at least the one whose thread /health takes. Once nothing waits, the others may keep
+  // their thread until the 2 s header deadline cuts them. /health never waits for that deadline.
   std::vector<std::unique_ptr<Raw>> slow;
   for (int i = 0; i < 8; ++i) slow.push_back(std::make_unique<Raw>(s.server.port()));
   std::vector<std::thread> senders;
@@ -303,15 +305,20 @@ TEST(HttpHardening, SlowHeadersAreCutAtTheDeadlineAndHealthAnswersMeanwhile) {
   for (auto& t : senders) t.join();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_LT(health_took, 3.5);
+  EXPECT_LT(health_took, 1.9);  // before the header deadline of the connections ahead of it
+  int gave_way = 0;
   for (auto& raw : slow) {
     std::string answer = raw->read_until_close(3s);
     EXPECT_TRUE(raw->closed);
     EXPECT_LT(raw->closed_after, 3.5);
     EXPECT_EQ(status_of(answer), 408) << answer;
-    EXPECT_THAT(body_of(answer)["detail"].get<std::string>(),
-                HasSubstr("request headers not received in time: the server is busy"));
+    auto detail = body_of(answer)["detail"].get<std::string>();
+    if (detail.find("request headers not received in time: the server is busy") == 0)
+      ++gave_way;
+    else
+      EXPECT_EQ(detail, "request headers not received within 2 s");
   }
+  EXPECT_GE(gave_way, 5);
 }
 
 TEST(HttpHardening, AByteEverySecondDoesNotExtendTheDeadline) {
