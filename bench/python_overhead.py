@@ -2,12 +2,13 @@
 """Python trainer through wt against the same sync driven from C++, and against
 torch.distributed (gloo) broadcasting the parameters one by one, as the Python RL stacks do.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [--gib 1] [--rounds 3]
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [--gib 1] [--rounds 9]
 
 Cases: ipc and nccl (host memory), each with a model of ~300 tensors (--gib in all) and one of
-2,000 small tensors, each laid out as one flat buffer (as the checkpoint the C++ run maps). Prints seconds per round (median), GB/s and the ratios: Python / C++ (the
-binding's overhead; target <= 1.05) and torch.distributed / wt for the 2,000-tensor model
-(target >= 3).
+2,000 small tensors, each laid out as one flat buffer (as the checkpoint the C++ run maps).
+Prints seconds per round (median), GB/s and the ratios: Python / C++ (the binding's overhead:
+the median over back-to-back round pairs, with its interquartile range; target <= 1.05) and
+torch.distributed / wt for the 2,000-tensor model (target >= 3).
 """
 
 import argparse
@@ -95,7 +96,12 @@ def alternated_round_seconds(backend, model, rounds):
                 times[kind].append(time.perf_counter() - start)
         for engine in engines.values():
             engine.close()
-        return statistics.median(times["python"]), statistics.median(times["c++"])
+        # The overhead is the median of each round pair's ratio: a pair runs back to back, so a
+        # slow stretch of the machine weighs on both of its rounds, not on one side's median.
+        pairs = sorted(p / c for p, c in zip(times["python"], times["c++"]))
+        quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
+        return (statistics.median(times["python"]), statistics.median(times["c++"]),
+                statistics.median(pairs), (quartiles[0], quartiles[-1]))
     finally:
         for proc in procs:
             proc.terminate()
@@ -149,7 +155,7 @@ def gloo_round_seconds(count, numel, rounds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=1.0, help="size of the ~300-tensor model")
-    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per case")
+    ap.add_argument("--rounds", type=int, default=9, help="timed round pairs per case")
     ap.add_argument("--small-count", type=int, default=2000)
     ap.add_argument("--small-kib", type=int, default=64, help="size of each small tensor")
     args = ap.parse_args()
@@ -159,8 +165,8 @@ def main():
                                                 args.small_count),
     }
     print(f"wt {wt.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}")
-    print(f"{'case':<24}{'bytes':>11}{'Python s':>10}{'C++ s':>9}{'Py/C++':>8}{'GB/s':>7}"
-          f"{'wt launch s':>13}")
+    print(f"{'case':<24}{'bytes':>11}{'Python s':>10}{'C++ s':>9}{'Py/C++':>8}{'IQR':>14}"
+          f"{'GB/s':>7}{'wt launch s':>13}")
     small_wt = None
     with tempfile.TemporaryDirectory(prefix="wt-bench-") as tmp:
         for label, model in models.items():
@@ -168,10 +174,11 @@ def main():
             checkpoint = os.path.join(tmp, "model.safetensors")
             write_safetensors(checkpoint, model)
             for backend in ("ipc", "nccl"):
-                py, cxx = alternated_round_seconds(backend, model, args.rounds)
+                py, cxx, ratio, (q1, q3) = alternated_round_seconds(backend, model, args.rounds)
                 launched = launch_round_seconds(backend, checkpoint, args.rounds, tmp)
                 print(f"{backend + ', ' + label:<24}{nbytes:>11}{py:>10.4f}{cxx:>9.4f}"
-                      f"{py / cxx:>8.3f}{nbytes / py / 1e9:>7.2f}{launched:>13.4f}")
+                      f"{ratio:>8.3f}{f'{q1:.3f}-{q3:.3f}':>14}{nbytes / py / 1e9:>7.2f}"
+                      f"{launched:>13.4f}")
                 if backend == "nccl" and label != "300 tensors":
                     small_wt = py
             os.unlink(checkpoint)

@@ -135,19 +135,43 @@ void PySource::export_pass() {
 
 namespace {
 
+// What the reuse check reads of a tensor, by interned name: building the attribute name afresh
+// each time would cost as much as the read. Leaked on purpose: they live as long as the
+// interpreter, and are only touched with the GIL held.
+struct TensorAttributes {
+  PyObject* dtype = PyUnicode_InternFromString("dtype");
+  PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+  PyObject* size = PyUnicode_InternFromString("size");
+  PyObject* stride = PyUnicode_InternFromString("stride");
+};
+const TensorAttributes& attributes() {
+  static const TensorAttributes* a = new TensorAttributes;
+  return *a;
+}
+
+py::object call_method(py::handle t, PyObject* name) {
+  PyObject* r = PyObject_CallMethodNoArgs(t.ptr(), name);
+  if (r == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(r);
+}
+
+bool equal(const py::object& a, const py::object& b) {
+  int r = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_EQ);
+  if (r < 0) throw py::error_already_set();
+  return r == 1;
+}
+
 // The tensor is still what it was when exported: same dtype, memory, shape and strides (an
-// optimizer's in-place update keeps them; `p.data = other` or a resize_ does not).
+// optimizer's in-place update keeps them; `p.data = other` or a resize_ does not). Four reads
+// and three comparisons done in C, about a quarter of a new export.
 bool unchanged(const PySource::Export& e, py::handle t) {
-  if (!py::object(t.attr("dtype")).is(e.dtype)) return false;
-  if (PyLong_AsVoidPtr(t.attr("data_ptr")().ptr()) != e.data) return false;
-  py::tuple size = t.attr("size")();
-  py::tuple stride = t.attr("stride")();
-  if (size.size() != e.shape.size() || stride.size() != e.shape.size()) return false;
-  for (std::size_t d = 0; d < e.shape.size(); ++d)
-    if (PyLong_AsLongLong(size[d].ptr()) != e.shape[d] ||
-        PyLong_AsLongLong(stride[d].ptr()) != e.strides[d])
-      return false;
-  return true;
+  const TensorAttributes& a = attributes();
+  PyObject* dtype = PyObject_GetAttr(t.ptr(), a.dtype);
+  if (dtype == nullptr) throw py::error_already_set();
+  Py_DECREF(dtype);  // still owned by the tensor; only its identity is compared
+  if (dtype != e.dtype.ptr()) return false;
+  if (PyLong_AsVoidPtr(call_method(t, a.data_ptr).ptr()) != e.data) return false;
+  return equal(call_method(t, a.size), e.size) && equal(call_method(t, a.stride), e.stride);
 }
 
 }  // namespace
@@ -159,7 +183,11 @@ DLTensor PySource::cached_export(std::size_t index, py::handle tensor, std::stri
   e.held = to_dlpack(tensor, "tensor '{}' of the source", name);
   const DLTensor& d = e.held.tensor();
   e.obj = py::reinterpret_borrow<py::object>(tensor);
-  e.dtype = tensor.attr("dtype");
+  const TensorAttributes& a = attributes();
+  e.dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), a.dtype));
+  if (!e.dtype) throw py::error_already_set();
+  e.size = call_method(tensor, a.size);
+  e.stride = call_method(tensor, a.stride);
   e.data = static_cast<char*>(d.data) + d.byte_offset;
   e.shape.assign(d.shape, d.shape + d.ndim);
   e.strides.assign(e.shape.size(), 1);

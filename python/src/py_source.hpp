@@ -23,7 +23,7 @@ namespace wt::python {
 class PySource final : public WeightSource {
  public:
   struct Export {
-    py::object obj, dtype;
+    py::object obj, dtype, size, stride;  // as read when exported, compared the next round
     const void* data = nullptr;
     std::vector<int64_t> shape, strides;
     Held held;
