@@ -9,12 +9,17 @@
 #include <wt/dtype.hpp>
 #include <wt/engine.hpp>
 #include <wt/error.hpp>
+#include <wt/sdk/patch_scan.hpp>
 #include <wt/sdk/tensor_layout.hpp>
+
+#include "sparse_patches.hpp"  // the reference receiver's patch rules, applied to Python's tensors
 
 #include <fmt/format.h>
 
 #include <deque>
+#include <map>
 #include <set>
+#include <vector>
 
 namespace wt::python {
 
@@ -35,15 +40,24 @@ namespace {
 // The Loader of one receive(): Python's load and destination, called with the GIL.
 class PyLoader final : public Loader {
  public:
-  PyLoader(py::object load, py::object destination, CallbackFailures& failures)
-      : load_(std::move(load)), destination_(std::move(destination)), failures_(failures) {}
+  PyLoader(py::object load, py::object destination, py::object patch_into,
+           CallbackFailures& failures)
+      : load_(std::move(load)),
+        destination_(std::move(destination)),
+        patch_into_(std::move(patch_into)),
+        failures_(failures) {}
   ~PyLoader() override {
     py::gil_scoped_acquire g;
     held_.clear();
-    load_ = destination_ = py::object();
+    load_ = destination_ = patch_into_ = py::object();
   }
 
   void load(std::span<const wt_tensor> tensors) override {
+    if (load_.is_none())
+      throw Error(WT_ERR_UNSUPPORTED,
+                  fmt::format("this update sends whole tensors ('{}' first): pass "
+                              "receive(..., load=...) to take them",
+                              tensors.empty() ? "" : tensors.front().name));
     py::gil_scoped_acquire g;
     for (const wt_tensor& t : tensors) {
       try {
@@ -87,6 +101,68 @@ class PyLoader final : public Loader {
     return out;
   }
 
+  // Delta backends: patch_into(name) returns the tensor each patch is written into. The whole
+  // batch is checked first as the reference receiver checks it (dtype, full_shape equal to the
+  // tensor's, indices in range and none twice), so a refused batch changes no tensor; then the
+  // values are scattered in place with the GIL released.
+  void load_patches(std::span<const wt_sparse_patch> patches) override {
+    if (patch_into_.is_none())
+      throw Error(
+          WT_ERR_UNSUPPORTED,
+          fmt::format(
+              "this update sends delta patches ('{}' first): pass "
+              "receive(..., patch_into=...) returning the tensor each is written "
+              "into",
+              patches.empty() || patches.front().name == nullptr ? "" : patches.front().name));
+    py::gil_scoped_acquire g;  // declared first: the targets below are let go with it held
+    struct Target {
+      detail::PatchTarget form;
+      Held held;
+      unsigned char* data = nullptr;
+    };
+    std::map<std::string, Target> targets;
+    const std::vector<detail::PatchForm> forms = detail::check_patch_forms(
+        patches, [&](const std::string& name) -> const detail::PatchTarget* {
+          if (auto it = targets.find(name); it != targets.end()) return &it->second.form;
+          py::object t;
+          try {
+            t = patch_into_(py::str(name));
+          } catch (py::error_already_set& e) {
+            failures_.rethrow(e, WT_ERR_INVALID_ARGUMENT,
+                              fmt::format("patch_into('{}') raised", name));
+          }
+          if (t.is_none()) return nullptr;  // refused, naming the parameter
+          Held h = to_dlpack(t, "patch_into('{}')", name);
+          const DLTensor& d = h.tensor();
+          if (d.device.device_type != kDLCPU || !is_compact(d))
+            throw Error(WT_ERR_INVALID_ARGUMENT,
+                        fmt::format("patch_into('{}') returned a {}{} tensor: patches are "
+                                    "written into contiguous host memory",
+                                    name, describe(d), is_compact(d) ? "" : " non-contiguous"));
+          Target& slot = targets[name];
+          slot.form = {d.dtype, std::vector<int64_t>(d.shape, d.shape + d.ndim)};
+          slot.data = static_cast<unsigned char*>(d.data) + d.byte_offset;
+          slot.held = std::move(h);
+          return &slot.form;
+        });
+    py::gil_scoped_release r;
+    // The indices are copied before they are checked: what is applied is what was checked.
+    std::vector<std::vector<int32_t>> indices(forms.size());
+    std::vector<const int32_t*> at(forms.size());
+    std::vector<IndexScan> scans(forms.size());
+    for (std::size_t k = 0; k < forms.size(); ++k) {
+      const auto n = static_cast<std::size_t>(forms[k].count);
+      indices[k].resize(n);
+      if (n > 0) std::memcpy(indices[k].data(), forms[k].indices, 4 * n);
+      at[k] = indices[k].data();
+      scans[k] = scan_indices(reinterpret_cast<const unsigned char*>(at[k]), n, forms[k].limit);
+    }
+    detail::judge_patch_indices(forms, at, scans);
+    for (std::size_t k = 0; k < forms.size(); ++k)
+      detail::apply_patch(at[k], forms[k].values, forms[k].count, forms[k].element_size,
+                          targets.at(forms[k].name).data);
+  }
+
   void written(const std::string& name) override {
     if (!handed_out_.count(name))
       throw Error(WT_ERR_STATE,
@@ -94,7 +170,7 @@ class PyLoader final : public Loader {
   }
 
  private:
-  py::object load_, destination_;
+  py::object load_, destination_, patch_into_;
   CallbackFailures& failures_;
   std::deque<Held> held_;  // destinations, referenced until receive returns
   std::set<std::string> handed_out_;
@@ -120,9 +196,10 @@ class PyWorker {
     py::gil_scoped_release r;
     engine_->start();
   }
-  void receive(py::object update_info, py::object load, py::object destination) {
+  void receive(py::object update_info, py::object load, py::object destination,
+               py::object patch_into) {
     const std::string info = json_text(update_info, "update_info");
-    PyLoader loader(std::move(load), std::move(destination), failures_);
+    PyLoader loader(std::move(load), std::move(destination), std::move(patch_into), failures_);
     try {
       py::gil_scoped_release r;
       engine_->receive(info, loader);
@@ -150,14 +227,14 @@ class PyWorker {
 void bind_worker(py::module_& m) {
   py::class_<PyWorker>(m, "WorkerEngine",
                        "The inference side of `backend`, made from the init info the trainer "
-                       "shipped: start(), receive(update_info, load, destination=None) per "
-                       "update, finish().")
+                       "shipped: start(), receive(update_info, load, destination=None, "
+                       "patch_into=None) per update, finish().")
       .def(py::init<const std::string&, py::object, const std::string&, py::object>(),
            py::arg("backend"), py::arg("init_info"), py::arg("device") = "cpu",
            py::arg("options") = py::none())
       .def("start", &PyWorker::start)
-      .def("receive", &PyWorker::receive, py::arg("update_info"), py::arg("load"),
-           py::arg("destination") = py::none())
+      .def("receive", &PyWorker::receive, py::arg("update_info"), py::arg("load") = py::none(),
+           py::arg("destination") = py::none(), py::arg("patch_into") = py::none())
       .def("finish", &PyWorker::finish)
       .def("abort", &PyWorker::abort);
 }

@@ -1,6 +1,7 @@
 """`wt launch`'s C++ trainer into a Python WorkerEngine behind a small HTTP server of vLLM's routes,
 loading into an nn.Module through `destination`: every parameter equals the checkpoint, written
-in place (its data_ptr unchanged), no extra copy."""
+in place (its data_ptr unchanged), no extra copy. Delta patches from a Python trainer land in the
+module through `patch_into`, checked as a whole batch before any is written."""
 
 import json
 import subprocess
@@ -25,9 +26,9 @@ class Inference(torch.nn.Module):
 class WorkerServer:
     """vLLM's weight-transfer routes over one wt.WorkerEngine that loads into `model`."""
 
-    def __init__(self, backend, model):
+    def __init__(self, backend, model, patches=True):
         self.engine = None
-        self.loaded, self.written = [], []
+        self.loaded, self.written, self.patched, self.errors = [], [], [], []
         params = dict(model.named_parameters())
         outer = self
 
@@ -39,6 +40,10 @@ class WorkerServer:
             outer.loaded.append(name)
             with torch.no_grad():
                 params[name].copy_(tensor)
+
+        def patch_into(name):
+            outer.patched.append(name)
+            return params[name].data if name in params else None
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -66,12 +71,16 @@ class WorkerServer:
                     elif self.path == "/start_weight_update":
                         outer.engine.start()
                     elif self.path == "/update_weights":
-                        outer.engine.receive(body["update_info"], load, destination)
+                        outer.engine.receive(body["update_info"], load, destination,
+                                             patch_into=patch_into if patches else None)
                     elif self.path == "/finish_weight_update":
                         outer.engine.finish()
                     else:
                         return self.answer(404, {"detail": "Not Found"})
                 except wt.Error as e:
+                    outer.errors.append(e)
+                    if self.path == "/update_weights":
+                        outer.engine.abort()  # the round is over: the next start begins anew
                     return self.answer(400, {"error": str(e)})
                 self.answer(200, {"message": "ok"})
 
@@ -144,3 +153,75 @@ def test_a_destination_of_the_wrong_shape_is_refused_naming_it(tmp_path):
     engine.close()
     assert "destination('w') returned a float32 2x8 tensor, but the update sends float32 4x4" in \
         captured["error"]
+
+
+def test_delta_patches_from_a_python_trainer_are_written_into_a_python_workers_module():
+    torch.manual_seed(5)
+    model = Inference()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p.float()).to(p.dtype))
+    ptrs = {n: p.data_ptr() for n, p in model.named_parameters()}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    server = WorkerServer("sparse_nccl", model)
+    info = {"backend": "sparse_nccl", "master_address": "127.0.0.1", "master_port": free_port(),
+            "world_size": 2}
+    engine = wt.trainer_init(info, client=server.url)
+    try:
+        for step in range(2):
+            after = {n: t.clone() for n, t in before.items()}
+            after["embed.weight"][step::5] += 1.0
+            after["proj.bias"][3] = -7.0
+            engine.send_weights(weight_version=f"step-{step}", patches=wt.make_delta(before, after))
+            for name, p in model.named_parameters():
+                assert p.data_ptr() == ptrs[name], name
+                assert torch.equal(p.detach(), after[name]), name
+            before = after
+        # A patch whose full_shape is not the worker's tensor's: the batch is refused whole, the
+        # parameter named, and the other patch of the batch is not written either.
+        wrong = wt.SparsePatch("proj.bias", torch.tensor([0], dtype=torch.int32),
+                               torch.tensor([1.0], dtype=torch.bfloat16), (6, 2))
+        good = wt.SparsePatch("embed.weight", torch.tensor([0], dtype=torch.int32),
+                              torch.tensor([100.0]), (32, 8))
+        try:
+            engine.send_weights(patches=[good, wrong])
+            raise AssertionError("the round should fail")
+        except wt.Error as e:
+            assert "proj.bias" in str(e), e
+        assert "patch for 'proj.bias' refused: full_shape [6, 2] differs from the parameter's " \
+            "shape [12]" in str(server.errors[0])
+        for name, p in model.named_parameters():
+            assert torch.equal(p.detach(), before[name]), name
+        # A failed round ends the group: a new trainer engine (a new init) syncs on.
+        engine.close()
+        info["master_port"] = free_port()
+        engine = wt.trainer_init(info, client=server.url)
+        after = {n: t.clone() for n, t in before.items()}
+        after["proj.weight"][0, 0] = 3.0
+        engine.send_weights(patches=wt.make_delta(before, after))
+        for name, p in model.named_parameters():
+            assert torch.equal(p.detach(), after[name]), name
+    finally:
+        engine.close()
+        server.close()
+
+
+def test_a_worker_without_patch_into_refuses_patches_saying_what_to_pass():
+    model = Inference()
+    server = WorkerServer("sparse_nccl", model, patches=False)
+    info = {"backend": "sparse_nccl", "master_address": "127.0.0.1", "master_port": free_port(),
+            "world_size": 2}
+    engine = wt.trainer_init(info, client=server.url)
+    patch = wt.SparsePatch("proj.bias", torch.tensor([1], dtype=torch.int32),
+                           torch.tensor([2.0], dtype=torch.bfloat16), (12,))
+    try:
+        try:
+            engine.send_weights(patches=[patch])
+            raise AssertionError("the round should fail")
+        except wt.Error as e:
+            assert "pass receive(..., patch_into=...)" in str(e), e
+        assert isinstance(server.errors[0], wt.Unsupported), server.errors
+        assert torch.equal(model.proj.bias.detach(), torch.zeros(12, dtype=torch.bfloat16))
+    finally:
+        engine.close()
+        server.close()
