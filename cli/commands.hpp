@@ -14,5 +14,6 @@ Run add_serve_command(CLI::App& app);
 Run add_launch_command(CLI::App& app);
 Run add_gen_checkpoint_command(CLI::App& app);
 Run add_conformance_command(CLI::App& app);
+Run add_plan_command(CLI::App& app);
 
 }  // namespace wt::cli

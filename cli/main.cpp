@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(&wt::cli::add_serve_command);
   add(&wt::cli::add_launch_command);
   add(&wt::cli::add_gen_checkpoint_command);
+  add(&wt::cli::add_plan_command);
   add(&wt::cli::add_conformance_command);
 
   try {

@@ -37,6 +37,7 @@ std::string write_config(const std::string& name, const std::string& text) {
 std::vector<std::string> cpu_configs() {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(fs::path(WT_SOURCE_DIR) / "configs")) {
+    if (!e.is_regular_file() || e.path().extension() != ".yaml") continue;  // layouts/: `wt plan`
     std::ifstream f(e.path());
     std::string text((std::istreambuf_iterator<char>(f)), {});
     if (text.find("embedded: false") == std::string::npos &&

@@ -38,6 +38,8 @@ echo "a C++17 compile of <wt/wt.hpp> is refused: $(grep -o "wt's C++ headers nee
 for c in quickstart ipc_in_place ipc_two_ranks nccl_host nccl_cuda sparse_delta vllm_http; do
   [[ -f $prefix/share/wt/configs/$c.yaml ]] || { echo "share/wt/configs/$c.yaml is not installed"; exit 1; }
 done
+[[ -f $prefix/share/wt/configs/layouts/kimi-k2-1t.json ]] ||
+  { echo "share/wt/configs/layouts/kimi-k2-1t.json is not installed"; exit 1; }
 for d in README.md CHANGELOG.md plugin-authoring.md abi-policy.md config.md; do
   [[ -f $prefix/share/doc/wt/$d ]] || { echo "share/doc/wt/$d is not installed"; exit 1; }
 done

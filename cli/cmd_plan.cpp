@@ -1,0 +1,152 @@
+// `wt plan LAYOUT`: the m2n plan of a layout (parameters, trainer holdings, inference layout) and
+// what it costs on given links: bytes per trainer and per worker rank, the busiest link and the
+// makespan, next to trainer rank 0 gathering and broadcasting the same model (the nccl backend).
+#include "commands.hpp"
+
+#include <wt/error.hpp>
+#include <wt/sdk/errors.hpp>
+#include <wt/services/yaml_json.hpp>
+
+#include "m2n_plan.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+namespace wt::cli {
+namespace {
+
+struct Extremes {
+  uint64_t min = 0, max = 0;
+  std::size_t busiest = 0;
+};
+
+Extremes extremes(const std::vector<uint64_t>& v) {
+  Extremes e;
+  if (v.empty()) return e;
+  auto hi = std::max_element(v.begin(), v.end());  // the first of the busiest
+  e.min = *std::min_element(v.begin(), v.end());
+  e.max = *hi;
+  e.busiest = static_cast<std::size_t>(hi - v.begin());
+  return e;
+}
+
+double gb(uint64_t bytes) {
+  return static_cast<double>(bytes) / 1e9;
+}
+
+}  // namespace
+
+Run add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "plan", "Compute the m2n plan of a layout file and its cost next to rank-0 broadcast");
+  struct Opts {
+    std::string layout, write_plan;
+    double trainer_gbs = 50, worker_gbs = 50, anchor_s = 0;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("layout", o->layout, "Layout file (YAML or JSON; see docs/m2n.md)")->required();
+  cmd->add_option("--trainer-gbs", o->trainer_gbs, "Link bandwidth per trainer rank, GB/s")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--worker-gbs", o->worker_gbs, "Link bandwidth per worker rank, GB/s")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--anchor-s", o->anchor_s,
+                  "A published round time to print next to the makespan (seconds)");
+  cmd->add_option("--write-plan", o->write_plan, "Write the plan's JSON (the workers' form) here");
+  cmd->add_flag("--json", o->json, "Print the figures as JSON");
+  return [o]() {
+    const auto started = std::chrono::steady_clock::now();
+    // Layouts state repeated parameters as ranges, so even a 1 T model's file is small.
+    const nlohmann::json doc = yaml_to_json(load_yaml_file(o->layout), o->layout);
+    m2n::Plan plan;
+    m2n::PlanStats stats;
+    try {
+      plan = m2n::compute_plan(m2n::layout_from_json(doc, "layout " + o->layout));
+      stats = m2n::plan_stats(plan);
+    } catch (const sdk::Error& e) {
+      throw Error(e.code(), e.what());
+    }
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::size_t tensors = 0;
+    double params = 0;
+    for (const auto& g : plan.groups) {
+      double numel = 1;
+      for (int64_t d : g.shape) numel *= static_cast<double>(d);
+      tensors += g.names.size();
+      params += numel * static_cast<double>(g.names.size());
+    }
+    const Extremes t = extremes(stats.trainer_bytes), w = extremes(stats.worker_bytes);
+    const double trainer_bw = o->trainer_gbs * 1e9, worker_bw = o->worker_gbs * 1e9;
+    const double trainer_s = static_cast<double>(t.max) / trainer_bw;
+    const double worker_s = static_cast<double>(w.max) / worker_bw;
+    const double m2n_s = std::max(trainer_s, worker_s);
+    // Rank 0 broadcasting (the nccl backend): every byte of the model leaves rank 0's link once
+    // (a pipelined ring or tree) and every worker link takes the whole model; before that, rank 0
+    // gathers what it does not hold, over its own link.
+    const double bcast_s = static_cast<double>(stats.model_bytes) / std::min(trainer_bw, worker_bw);
+    const uint64_t rank0_held = stats.model_bytes / static_cast<uint64_t>(plan.trainer_ranks);
+    const double gather_s = static_cast<double>(stats.model_bytes - rank0_held) / trainer_bw;
+    const std::string digest = m2n::plan_digest(plan);
+    if (!o->write_plan.empty()) {
+      std::ofstream f(o->write_plan, std::ios::trunc);
+      f << m2n::plan_to_json(plan).dump() << '\n';
+      if (!f) throw Error(WT_ERR_SYSTEM, fmt::format("cannot write the plan to {}", o->write_plan));
+    }
+    if (o->json) {
+      nlohmann::json j = {{"parameters", params},
+                          {"tensors", tensors},
+                          {"groups", plan.groups.size()},
+                          {"model_bytes", stats.model_bytes},
+                          {"trainer_ranks", plan.trainer_ranks},
+                          {"worker_ranks", plan.inference.worker_ranks()},
+                          {"sends_per_round", stats.pieces},
+                          {"trainer_bytes_max", t.max},
+                          {"trainer_bytes_min", t.min},
+                          {"worker_bytes_max", w.max},
+                          {"worker_bytes_min", w.min},
+                          {"makespan_s", m2n_s},
+                          {"rank0_broadcast_s", bcast_s},
+                          {"rank0_gather_s", gather_s},
+                          {"digest", digest},
+                          {"plan_seconds", took}};
+      fmt::print("{}\n", j.dump());
+      return 0;
+    }
+    fmt::print("layout: {:.4g} G parameters in {} tensors ({} groups), {:.2f} GB\n", params / 1e9,
+               tensors, plan.groups.size(), gb(stats.model_bytes));
+    fmt::print("ranks: {} trainer -> {} worker ({} replicas x tensor-parallel {})\n",
+               plan.trainer_ranks, plan.inference.worker_ranks(), plan.inference.replicas,
+               plan.inference.tensor_parallel);
+    fmt::print("plan: {} point-to-point sends per round, computed in {:.2f} s, digest {}\n",
+               stats.pieces, took, digest);
+    fmt::print("sent per trainer rank:     {:10.3f} GB max (rank {}), {:10.3f} GB min\n", gb(t.max),
+               t.busiest, gb(t.min));
+    fmt::print("received per worker rank:  {:10.3f} GB max (rank {}), {:10.3f} GB min\n", gb(w.max),
+               w.busiest, gb(w.min));
+    fmt::print("busiest link: {} ({:.3f} s at {} GB/s)\n",
+               trainer_s >= worker_s ? fmt::format("trainer rank {}", t.busiest)
+                                     : fmt::format("worker rank {}", w.busiest),
+               m2n_s, trainer_s >= worker_s ? o->trainer_gbs : o->worker_gbs);
+    fmt::print("m2n makespan:           {:9.3f} s\n", m2n_s);
+    fmt::print("rank-0 broadcast:       {:9.3f} s (x{:.1f}), plus {:.3f} s to gather at rank 0\n",
+               bcast_s, bcast_s / m2n_s, gather_s);
+    fmt::print(
+        "busiest trainer rank sends {:.4f} model copies per round; rank 0 broadcasting "
+        "sends at least 1 (replicas / trainer ranks = {:.4f})\n",
+        static_cast<double>(t.max) / static_cast<double>(stats.model_bytes),
+        static_cast<double>(plan.inference.replicas) / plan.trainer_ranks);
+    if (o->anchor_s > 0)
+      fmt::print("anchor: {:.3f} s (makespan / anchor = {:.2f})\n", o->anchor_s,
+                 m2n_s / o->anchor_s);
+    return 0;
+  };
+}
+
+}  // namespace wt::cli

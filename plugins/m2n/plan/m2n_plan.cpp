@@ -1,0 +1,397 @@
+#include "m2n_plan.hpp"
+
+#include <wt/dtype.hpp>
+#include <wt/sdk/errors.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace wt::m2n {
+namespace {
+
+[[noreturn]] void bad(const std::string& what, const std::string& why) {
+  sdk::fail(WT_ERR_INVALID_ARGUMENT, "{}: {}", what, why);
+}
+
+// "'a'" or "'a' (and 41 more of its group)": errors name a parameter, not a group.
+std::string named(const std::vector<std::string>& names) {
+  if (names.size() <= 1) return fmt::format("'{}'", names.empty() ? "" : names.front());
+  return fmt::format("'{}' (and {} more like it)", names.front(), names.size() - 1);
+}
+
+uint64_t volume(const Box& b) {
+  uint64_t v = 1;
+  for (std::size_t d = 0; d < b.lo.size(); ++d) v *= static_cast<uint64_t>(b.hi[d] - b.lo[d]);
+  return v;
+}
+
+bool disjoint(const Box& a, const Box& b) {
+  for (std::size_t d = 0; d < a.lo.size(); ++d)
+    if (a.hi[d] <= b.lo[d] || b.hi[d] <= a.lo[d]) return true;
+  return false;
+}
+
+bool inside(const Box& in, const Box& out) {
+  for (std::size_t d = 0; d < in.lo.size(); ++d)
+    if (in.lo[d] < out.lo[d] || in.hi[d] > out.hi[d] || in.lo[d] >= in.hi[d]) return false;
+  return true;
+}
+
+void check_tp_divides(const std::vector<std::string>& names, const std::vector<int64_t>& shape,
+                      int tp_dim, int tp, const std::string& what) {
+  if (tp_dim < 0) return;
+  if (tp_dim >= static_cast<int>(shape.size()))
+    bad(what, fmt::format("parameter {} has {} dims, but tensor parallelism splits dim {}",
+                          named(names), shape.size(), tp_dim));
+  if (shape[static_cast<std::size_t>(tp_dim)] % tp != 0)
+    bad(what, fmt::format("parameter {}: dim {} of size {} does not divide by tensor_parallel {}",
+                          named(names), tp_dim, shape[static_cast<std::size_t>(tp_dim)], tp));
+}
+
+// The pieces of one group for tp rank t: the needed box split where the holdings change.
+std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t) {
+  const Box need = needed_box(g.shape, g.tp_dim, tp, t);
+  std::vector<int> whole;
+  std::vector<const Held*> sliced;
+  std::set<int> dims;
+  for (const Held& h : *g.holdings) {
+    if (h.dim < 0) {
+      whole.push_back(h.rank);
+    } else {
+      sliced.push_back(&h);
+      dims.insert(h.dim);
+    }
+  }
+  if (dims.size() > 1)
+    bad("cannot plan",
+        fmt::format("the trainer ranks hold parameter {} sliced along dims {}: slices of one "
+                    "parameter must all run along one dimension",
+                    named(g.names), fmt::join(dims, " and ")));
+  std::vector<Piece> out;
+  if (dims.empty()) {
+    if (whole.empty())
+      bad("cannot plan", fmt::format("no trainer rank holds parameter {}", named(g.names)));
+    std::sort(whole.begin(), whole.end());
+    out.push_back({t, need, whole, 0});
+    return out;
+  }
+  const int dh = *dims.begin();
+  const auto d = static_cast<std::size_t>(dh);
+  const int64_t nlo = need.lo[d], nhi = need.hi[d];
+  std::vector<int64_t> cuts{nlo, nhi};
+  for (const Held* h : sliced) {
+    if (h->lo > nlo && h->lo < nhi) cuts.push_back(h->lo);
+    if (h->hi > nlo && h->hi < nhi) cuts.push_back(h->hi);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const int64_t x = cuts[k], y = cuts[k + 1];
+    std::vector<int> holders = whole;
+    for (const Held* h : sliced)
+      if (h->lo <= x && y <= h->hi) holders.push_back(h->rank);
+    std::sort(holders.begin(), holders.end());
+    holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+    if (holders.empty())
+      bad("cannot plan", fmt::format("no trainer rank holds elements {}..{} of dim {} of "
+                                     "parameter {} (needed by tensor-parallel rank {})",
+                                     x, y, dh, named(g.names), t));
+    if (!out.empty() && out.back().holders == holders && out.back().box.hi[d] == x) {
+      out.back().box.hi[d] = y;  // the same holders on: one piece
+      continue;
+    }
+    Box b = need;
+    b.lo[d] = x;
+    b.hi[d] = y;
+    out.push_back({t, std::move(b), std::move(holders), 0});
+  }
+  return out;
+}
+
+// Adds what each holder of `p` sends: count sends in rotation from `first`.
+template <typename Add>
+void shares(const Piece& p, uint64_t count, Add add) {
+  const uint64_t n = p.holders.size(), q = count / n, e = count % n;
+  for (uint64_t k = 0; k < n; ++k) {
+    const uint64_t sends = q + (k < e ? 1 : 0);
+    if (sends > 0) add(p.holders[(static_cast<uint64_t>(p.first) + k) % n], sends);
+  }
+}
+
+std::string dtype_text(DLDataType d) {
+  return std::string(torch_name(d));
+}
+
+}  // namespace
+
+Box needed_box(const std::vector<int64_t>& shape, int tp_dim, int tensor_parallel, int tp_rank) {
+  Box b{std::vector<int64_t>(shape.size(), 0), shape};
+  if (tp_dim >= 0) {
+    const auto d = static_cast<std::size_t>(tp_dim);
+    const int64_t part = shape[d] / tensor_parallel;
+    b.lo[d] = part * tp_rank;
+    b.hi[d] = part * (tp_rank + 1);
+  }
+  return b;
+}
+
+uint64_t piece_bytes(const Piece& p, DLDataType dtype) {
+  return volume(p.box) * element_size(dtype);
+}
+
+int Plan::sender(const Piece& piece, std::size_t member, int replicas, int replica) {
+  const uint64_t i = static_cast<uint64_t>(piece.first) +
+                     static_cast<uint64_t>(member) * static_cast<uint64_t>(replicas) +
+                     static_cast<uint64_t>(replica);
+  return piece.holders[i % piece.holders.size()];
+}
+
+Plan compute_plan(const Layout& layout) {
+  Plan plan;
+  plan.trainer_ranks = layout.trainer_ranks;
+  plan.inference = layout.inference;
+  const int tp = layout.inference.tensor_parallel, replicas = layout.inference.replicas;
+  std::vector<uint64_t> load(static_cast<std::size_t>(layout.trainer_ranks), 0);
+  for (const ParamGroup& g : layout.groups) {
+    check_tp_divides(g.names, g.shape, g.tp_dim, tp, "cannot plan");
+    for (const Held& h : *g.holdings)
+      if (h.rank < 0 || h.rank >= layout.trainer_ranks ||
+          (h.dim >= 0 && (h.dim >= static_cast<int>(g.shape.size()) || h.lo < 0 || h.lo >= h.hi ||
+                          h.hi > g.shape[static_cast<std::size_t>(h.dim)])))
+        bad("cannot plan", fmt::format("trainer rank {} claims a holding of parameter {} outside "
+                                       "its shape or the trainer ranks",
+                                       h.rank, named(g.names)));
+    GroupPlan gp{g.names, g.dtype, g.shape, g.tp_dim, {}};
+    const uint64_t count = g.names.size() * static_cast<uint64_t>(replicas);
+    for (int t = 0; t < tp; ++t) {
+      for (Piece& p : pieces_of(g, tp, t)) {
+        // The holders that send one more than the others start at the least loaded one.
+        const std::size_t n = p.holders.size();
+        if (count % n != 0) {
+          std::size_t best = 0;
+          for (std::size_t k = 1; k < n; ++k)
+            if (load[static_cast<std::size_t>(p.holders[k])] <
+                load[static_cast<std::size_t>(p.holders[best])])
+              best = k;
+          p.first = static_cast<int64_t>(best);
+        }
+        const uint64_t bytes = piece_bytes(p, g.dtype);
+        shares(p, count, [&](int rank, uint64_t sends) {
+          load[static_cast<std::size_t>(rank)] += sends * bytes;
+        });
+        gp.pieces.push_back(std::move(p));
+      }
+    }
+    plan.groups.push_back(std::move(gp));
+  }
+  return plan;
+}
+
+PlanStats plan_stats(const Plan& plan) {
+  PlanStats s;
+  s.trainer_bytes.assign(static_cast<std::size_t>(plan.trainer_ranks), 0);
+  s.worker_bytes.assign(static_cast<std::size_t>(plan.inference.worker_ranks()), 0);
+  const int tp = plan.inference.tensor_parallel, replicas = plan.inference.replicas;
+  for (const GroupPlan& g : plan.groups) {
+    const uint64_t members = g.names.size();
+    uint64_t numel = 1;
+    for (int64_t d : g.shape) numel *= static_cast<uint64_t>(d);
+    s.model_bytes += members * numel * element_size(g.dtype);
+    for (const Piece& p : g.pieces) {
+      const uint64_t bytes = piece_bytes(p, g.dtype);
+      shares(p, members * static_cast<uint64_t>(replicas), [&](int rank, uint64_t sends) {
+        s.trainer_bytes[static_cast<std::size_t>(rank)] += sends * bytes;
+      });
+      for (int r = 0; r < replicas; ++r)
+        s.worker_bytes[static_cast<std::size_t>(r * tp + p.tp_rank)] += members * bytes;
+      s.pieces += members * static_cast<uint64_t>(replicas);
+    }
+  }
+  return s;
+}
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const GroupPlan& g : plan.groups) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const Piece& p : g.pieces)
+      pieces.push_back({{"tp", p.tp_rank},
+                        {"lo", p.box.lo},
+                        {"hi", p.box.hi},
+                        {"holders", p.holders},
+                        {"first", p.first}});
+    groups.push_back({{"names", g.names},
+                      {"dtype", dtype_text(g.dtype)},
+                      {"shape", g.shape},
+                      {"tp_dim", g.tp_dim},
+                      {"pieces", std::move(pieces)}});
+  }
+  return {{"version", 1},
+          {"trainer_ranks", plan.trainer_ranks},
+          {"replicas", plan.inference.replicas},
+          {"tensor_parallel", plan.inference.tensor_parallel},
+          {"groups", std::move(groups)}};
+}
+
+std::string plan_digest(const Plan& plan) {
+  const std::string text = plan_to_json(plan).dump();
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
+namespace {
+
+int64_t get_int(const nlohmann::json& o, const char* key, const std::string& what, int64_t lo,
+                int64_t hi) {
+  if (!o.is_object() || !o.contains(key) || !o.at(key).is_number_integer())
+    bad(what, fmt::format("'{}' must be an integer", key));
+  const int64_t v = o.at(key).get<int64_t>();
+  if (v < lo || v > hi) bad(what, fmt::format("'{}' must be in {}..{}, got {}", key, lo, hi, v));
+  return v;
+}
+
+std::vector<int64_t> get_ints(const nlohmann::json& o, const char* key, const std::string& what,
+                              std::size_t size, int64_t lo, int64_t hi) {
+  if (!o.contains(key) || !o.at(key).is_array() || o.at(key).size() != size)
+    bad(what, fmt::format("'{}' must be an array of {} integers", key, size));
+  std::vector<int64_t> v;
+  for (const auto& x : o.at(key)) {
+    if (!x.is_number_integer() || x.get<int64_t>() < lo || x.get<int64_t>() > hi)
+      bad(what, fmt::format("every element of '{}' must be an integer in {}..{}", key, lo, hi));
+    v.push_back(x.get<int64_t>());
+  }
+  return v;
+}
+
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
+  if (!j.is_object()) bad(what, "the plan must be a JSON object");
+  if (get_int(j, "version", what, 1, 1000) != 1)
+    bad(what, "plan version is not 1: this worker is older than the trainer's plan");
+  Plan plan;
+  plan.trainer_ranks = static_cast<int>(get_int(j, "trainer_ranks", what, 1, 1 << 16));
+  plan.inference.replicas = static_cast<int>(get_int(j, "replicas", what, 1, 1 << 16));
+  plan.inference.tensor_parallel = static_cast<int>(get_int(j, "tensor_parallel", what, 1, 1024));
+  const int tp = plan.inference.tensor_parallel;
+  if (!j.contains("groups") || !j.at("groups").is_array()) bad(what, "'groups' must be an array");
+  std::unordered_set<std::string> seen;
+  for (std::size_t gi = 0; gi < j.at("groups").size(); ++gi) {
+    const auto& gj = j.at("groups")[gi];
+    const std::string gw = fmt::format("{}, groups[{}]", what, gi);
+    if (!gj.is_object() || !gj.contains("names") || !gj.at("names").is_array() ||
+        gj.at("names").empty())
+      bad(gw, "'names' must be a non-empty array of strings");
+    GroupPlan g;
+    for (const auto& n : gj.at("names")) {
+      if (!n.is_string() || n.get<std::string>().empty()) bad(gw, "every name must be a string");
+      if (!seen.insert(n.get<std::string>()).second)
+        bad(gw, fmt::format("parameter '{}' is covered twice: it appears in two groups",
+                            n.get<std::string>()));
+      g.names.push_back(n.get<std::string>());
+    }
+    if (!gj.contains("dtype") || !gj.at("dtype").is_string() ||
+        !dtype_from_torch_name(gj.at("dtype").get<std::string>()))
+      bad(gw, "'dtype' must name a dtype wt knows");
+    g.dtype = *dtype_from_torch_name(gj.at("dtype").get<std::string>());
+    if (!gj.contains("shape") || !gj.at("shape").is_array() || gj.at("shape").size() > 8)
+      bad(gw, "'shape' must be an array of at most 8 integers");
+    g.shape = get_ints(gj, "shape", gw, gj.at("shape").size(), 1, int64_t{1} << 40);
+    g.tp_dim = static_cast<int>(get_int(gj, "tp_dim", gw, -1, 7));
+    check_tp_divides(g.names, g.shape, g.tp_dim, tp, gw);
+    if (!gj.contains("pieces") || !gj.at("pieces").is_array()) bad(gw, "'pieces' must be an array");
+    for (std::size_t pi = 0; pi < gj.at("pieces").size(); ++pi) {
+      const auto& pj = gj.at("pieces")[pi];
+      const std::string pw = fmt::format("{}, pieces[{}]", gw, pi);
+      Piece p;
+      p.tp_rank = static_cast<int>(get_int(pj, "tp", pw, 0, tp - 1));
+      p.box.lo = get_ints(pj, "lo", pw, g.shape.size(), 0, int64_t{1} << 40);
+      p.box.hi = get_ints(pj, "hi", pw, g.shape.size(), 0, int64_t{1} << 40);
+      if (!pj.contains("holders") || !pj.at("holders").is_array() || pj.at("holders").empty() ||
+          pj.at("holders").size() > static_cast<std::size_t>(plan.trainer_ranks))
+        bad(pw, "'holders' must list 1 to trainer_ranks ranks");
+      for (int64_t h :
+           get_ints(pj, "holders", pw, pj.at("holders").size(), 0, plan.trainer_ranks - 1)) {
+        if (!p.holders.empty() && h <= p.holders.back())
+          bad(pw, "'holders' must be ascending, without repeats");
+        p.holders.push_back(static_cast<int>(h));
+      }
+      p.first = get_int(pj, "first", pw, 0, static_cast<int64_t>(p.holders.size()) - 1);
+      if (!inside(p.box, needed_box(g.shape, g.tp_dim, tp, p.tp_rank)))
+        bad(pw, fmt::format("the piece of parameter {} is empty or outside what tensor-parallel "
+                            "rank {} needs",
+                            named(g.names), p.tp_rank));
+      g.pieces.push_back(std::move(p));
+    }
+    // Exactly once: the pieces of each tp rank are disjoint and their volumes add up to the box.
+    for (int t = 0; t < tp; ++t) {
+      std::vector<const Piece*> of;
+      for (const Piece& p : g.pieces)
+        if (p.tp_rank == t) of.push_back(&p);
+      uint64_t covered = 0;
+      for (std::size_t a = 0; a < of.size(); ++a) {
+        covered += volume(of[a]->box);
+        for (std::size_t b = a + 1; b < of.size(); ++b)
+          if (!disjoint(of[a]->box, of[b]->box))
+            bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: "
+                                "pieces overlap",
+                                named(g.names), t));
+      }
+      if (covered != volume(needed_box(g.shape, g.tp_dim, tp, t)))
+        bad(gw,
+            fmt::format("parameter {} is not covered for tensor-parallel rank {}: the "
+                        "pieces hold {} of its {} elements",
+                        named(g.names), t, covered, volume(needed_box(g.shape, g.tp_dim, tp, t))));
+    }
+    plan.groups.push_back(std::move(g));
+  }
+  return plan;
+}
+
+void check_worker(const Plan& plan, int worker_rank, const std::vector<WorkerParam>& params) {
+  const int tp = plan.inference.tensor_parallel;
+  if (worker_rank < 0 || worker_rank >= plan.inference.worker_ranks())
+    bad("the m2n plan does not fit this worker",
+        fmt::format("worker rank {} is not in 0..{}", worker_rank,
+                    plan.inference.worker_ranks() - 1));
+  const int t = worker_rank % tp;
+  std::unordered_map<std::string, const WorkerParam*> held;
+  for (const WorkerParam& p : params) held[p.name] = &p;
+  std::size_t planned = 0;
+  const std::string what = fmt::format("the m2n plan does not fit worker rank {}", worker_rank);
+  for (const GroupPlan& g : plan.groups) {
+    const Box need = needed_box(g.shape, g.tp_dim, tp, t);
+    std::vector<int64_t> local(g.shape.size());
+    for (std::size_t d = 0; d < local.size(); ++d) local[d] = need.hi[d] - need.lo[d];
+    for (const std::string& name : g.names) {
+      auto it = held.find(name);
+      if (it == held.end())
+        bad(what,
+            fmt::format("the plan sends parameter '{}', which this worker does not hold", name));
+      const WorkerParam& w = *it->second;
+      if (!(w.dtype == g.dtype) || w.local_shape != local)
+        bad(what, fmt::format("parameter '{}' is planned as {} [{}] for tensor-parallel rank {}, "
+                              "but this worker holds it as {} [{}]",
+                              name, dtype_text(g.dtype), fmt::join(local, ", "), t,
+                              dtype_text(w.dtype), fmt::join(w.local_shape, ", ")));
+      ++planned;
+    }
+  }
+  if (planned != held.size())
+    for (const WorkerParam& p : params) {
+      bool found = false;
+      for (const GroupPlan& g : plan.groups)
+        if (std::find(g.names.begin(), g.names.end(), p.name) != g.names.end()) found = true;
+      if (!found)
+        bad(what, fmt::format("this worker holds parameter '{}', which no plan entry covers: "
+                              "it would keep stale weights",
+                              p.name));
+    }
+}
+
+}  // namespace wt::m2n
