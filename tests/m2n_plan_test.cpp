@@ -208,6 +208,12 @@ TEST(M2nPlan, ABadLayoutFileIsRefusedNamingTheEntry) {
   l["parameters"][0]["name"] = "w{}.{}";
   l["parameters"][0]["ranges"] = {{0, 1 << 20}, {0, 1 << 20}};
   EXPECT_THAT(error_of([&] { layout_from_json(l, "layout"); }), HasSubstr("more than"));
+  // Sizes whose round would not count in 64 bits.
+  l = small_layout();
+  l["parameters"][0]["shape"] = {int64_t{1} << 25, int64_t{1} << 25};
+  l["inference"]["replicas"] = 4096;
+  EXPECT_THAT(error_of([&] { layout_from_json(l, "layout"); }),
+              HasSubstr("the model times the worker ranks is more than 2^62 bytes"));
 }
 
 TEST(M2nPlan, AWorkersPlanThatCoversAParameterTwiceOrNotAtAllIsRefused) {

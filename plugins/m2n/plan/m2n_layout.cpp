@@ -258,6 +258,15 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
     }
   }
   if (total == 0) bad(what, "'parameters' lists none");
+  // Bounded so that what every worker receives in a round counts in 64 bits.
+  unsigned __int128 model = 0;  // a group is below 2^50 elements * 16 bytes * 2^22 members
+  for (const ParamGroup& g : l.groups) {
+    unsigned __int128 numel = 1;
+    for (int64_t d : g.shape) numel *= static_cast<uint64_t>(d);
+    model += numel * element_size(g.dtype) * g.names.size();
+    if (model * static_cast<uint64_t>(l.inference.worker_ranks()) > (uint64_t{1} << 62))
+      bad(what, "the model times the worker ranks is more than 2^62 bytes");
+  }
   return l;
 }
 

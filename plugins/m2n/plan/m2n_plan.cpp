@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -18,6 +19,9 @@ namespace {
 [[noreturn]] void bad(const std::string& what, const std::string& why) {
   sdk::fail(WT_ERR_INVALID_ARGUMENT, "{}: {}", what, why);
 }
+
+// Holder entries one group's pieces of one TP rank may list (memory, and the plan's JSON size).
+constexpr uint64_t kMaxHolderEntries = uint64_t{1} << 24;
 
 // "'a'" or "'a' (and 41 more of its group)": errors name a parameter, not a group.
 std::string named(const std::vector<std::string>& names) {
@@ -91,13 +95,34 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t) {
   }
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  // A sweep along dh: slices join the active set where they start and leave where they end, so
+  // FSDP's disjoint shards cost O(ranks log ranks), not ranks squared.
+  std::vector<const Held*> by_lo = sliced;
+  std::sort(by_lo.begin(), by_lo.end(), [](const Held* a, const Held* b) { return a->lo < b->lo; });
+  std::set<std::pair<int64_t, int>> ending;  // (hi, rank) of the active slices
+  std::multiset<int> active;                 // their ranks
+  std::size_t next = 0;
+  std::sort(whole.begin(), whole.end());
+  uint64_t listed = 0;  // holder entries made: a layout of overlapping slices is bounded
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
     const int64_t x = cuts[k], y = cuts[k + 1];
-    std::vector<int> holders = whole;
-    for (const Held* h : sliced)
-      if (h->lo <= x && y <= h->hi) holders.push_back(h->rank);
-    std::sort(holders.begin(), holders.end());
+    for (; next < by_lo.size() && by_lo[next]->lo <= x; ++next) {
+      ending.insert({by_lo[next]->hi, by_lo[next]->rank});
+      active.insert(by_lo[next]->rank);
+    }
+    while (!ending.empty() && ending.begin()->first <= x) {
+      active.erase(active.find(ending.begin()->second));
+      ending.erase(ending.begin());
+    }
+    std::vector<int> holders;
+    std::set_union(whole.begin(), whole.end(), active.begin(), active.end(),
+                   std::back_inserter(holders));
     holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+    listed += holders.size();
+    if (listed > kMaxHolderEntries)
+      bad("cannot plan", fmt::format("the holdings of parameter {} overlap in more than {} ways: "
+                                     "give each rank one slice, or the whole tensor",
+                                     named(g.names), kMaxHolderEntries));
     if (holders.empty())
       bad("cannot plan", fmt::format("no trainer rank holds elements {}..{} of dim {} of "
                                      "parameter {} (needed by tensor-parallel rank {})",
