@@ -1,15 +1,18 @@
-// ipc host-memory throughput for a 1 GiB model, next to plain memcpy of the same bytes in the same
-// run. A trainer in this process sends to a `wt serve` receiver process over HTTP + POSIX shared
-// memory; rounds are timed after warm-up rounds (first touches of fresh memory are slow on some
-// VMs, and a trainer syncs thousands of times). Prints GB/s and the ratio to memcpy.
+// ipc host-memory throughput for a 1 GiB model, next to the best copy this machine does of the
+// same bytes in the same run: memcpy into a pre-faulted destination backed as the receiver's is
+// (anonymous, transparent huge pages), with one thread and with the receiver's N copy threads.
+// A trainer in this process sends to a `wt serve` receiver process over HTTP + POSIX shared
+// memory; rounds are timed after warm-up rounds, and the first rounds are printed apart (what a
+// new receiver's first sync costs). Prints GB/s and every ratio against the N-thread limit.
 //
 // Two kinds of trainer: weights in private memory (each round copies them into shared segments,
 // then the receiver copies them out: two copies, overlapped in packed mode) and weights that
 // already live in a /dev/shm file (exported in place: the receiver's copy is the only one).
 //
 //   build/bin/wt_bench_ipc [--gib 1] [--rounds 5] [--tensor-mib 8] [--only packed]
-#include <wt/services/http_client.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/shm_segments.hpp>
+#include <wt/services/http_client.hpp>
 #include <wt/wt.hpp>
 
 #include "subprocess.hpp"
@@ -18,13 +21,17 @@
 #include <CLI/CLI.hpp>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -90,6 +97,24 @@ class BlockSource : public wt::WeightSource {
   std::size_t next_ = 0;
 };
 
+// Minor page faults so far of a process (field 10 of /proc/PID/stat) and of this one.
+uint64_t faults_of(pid_t pid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(f)), {});
+  auto close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 10 && rest >> field; ++i) {
+  }
+  return std::strtoull(field.c_str(), nullptr, 10);
+}
+uint64_t own_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_minflt);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -120,28 +145,40 @@ int main(int argc, char** argv) {
   const auto tensor_bytes = static_cast<std::size_t>(tensor_mib) << 20;
   BlockSource private_source(total, tensor_bytes, false), shm_source(total, tensor_bytes, true);
 
-  // memcpy of the same bytes into warm destinations allocated as the receiver allocates its own
-  // (anonymous, huge pages on request), measured again before every ipc round so that each ratio
-  // compares figures taken under the same conditions.
+  // The copy limit: the same bytes into a warm destination allocated as the receiver allocates
+  // its own (anonymous, huge pages on request), split over `threads` threads as the receiver
+  // splits a round, measured again before every ipc round so that each ratio compares figures
+  // taken under the same conditions.
   const std::size_t dst_size = private_source.total();
   auto* dst = static_cast<unsigned char*>(
       mmap(nullptr, dst_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (dst == MAP_FAILED) throw std::runtime_error("cannot allocate the memcpy destination");
   madvise(dst, dst_size, MADV_HUGEPAGE);
   std::memset(dst, 0, dst_size);
-  auto memcpy_once = [&](BlockSource& from) {
+  const unsigned copy_threads = load_threads > 0 ? load_threads : wt::default_copy_threads();
+  auto copy_limit = [&](BlockSource& from, unsigned threads) {
+    auto part = [&](unsigned k) {
+      const std::size_t n = from.count(), lo = n * k / threads, hi = n * (k + 1) / threads;
+      for (std::size_t i = lo; i < hi; ++i)
+        std::memcpy(dst + i * tensor_bytes, from.block(i), tensor_bytes);
+    };
     auto t0 = Clock::now();
-    for (std::size_t i = 0; i < from.count(); ++i)
-      std::memcpy(dst + i * tensor_bytes, from.block(i), tensor_bytes);
+    std::vector<std::thread> pool;
+    for (unsigned k = 1; k < threads; ++k) pool.emplace_back(part, k);
+    part(0);
+    for (auto& t : pool) t.join();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  memcpy_once(private_source);  // warm
-  memcpy_once(shm_source);
+  for (int i = 0; i < 2; ++i) {  // warm: both sources' pages and the destination's
+    copy_limit(private_source, copy_threads);
+    copy_limit(shm_source, copy_threads);
+  }
   fmt::print(
-      "model: {} tensors x {} MiB = {:.2f} GiB; memcpy and ipc rounds alternate, figures are "
-      "medians of {} rounds after {} warm-up rounds\n",
+      "model: {} tensors x {} MiB = {:.2f} GiB; copy-limit and ipc rounds alternate, figures are "
+      "medians of {} rounds after {} warm-up rounds; the limit is memcpy with 1 and with {} "
+      "thread(s) (the receiver's copy threads)\n",
       private_source.count(), tensor_mib,
-      static_cast<double>(private_source.total()) / (1ull << 30), rounds, warmup);
+      static_cast<double>(private_source.total()) / (1ull << 30), rounds, warmup, copy_threads);
 
   struct Case {
     const char* name;
@@ -158,55 +195,67 @@ int main(int argc, char** argv) {
                         {"packed, 2 x 64 MiB buffers", false, true, 64 << 20, 2, 0},
                         {"packed, 4 x 64 MiB buffers", false, true, 64 << 20, 4, 0},
                         {"packed, 4 x 32 MiB buffers", false, true, 32 << 20, 4, 0}};
-  double best_copy = 0, in_place = 0, in_place_one_thread = 0;
+  double best_copy = 0, best_packed = 0, in_place = 0, in_place_one_thread = 0;
   for (const auto& c : cases) {
     if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
     BlockSource& source = c.in_shm ? shm_source : private_source;
+    const unsigned rx_threads = c.receiver_threads ? c.receiver_threads : copy_threads;
     auto [server, url] = wt::cli::start_server(
-        wt_path, {"--backend", "ipc", "--load-threads",
-                  std::to_string(c.receiver_threads ? c.receiver_threads : load_threads)});
-    std::string rx = "?";  // the receiver's copy threads, from its banner "... N load thread(s)"
-    {
-      const auto& banner = server->output();
-      auto end = banner.find(" load thread");
-      auto begin = end == std::string::npos ? end : banner.rfind(' ', end - 1);
-      if (begin != std::string::npos) rx = banner.substr(begin + 1, end - begin - 1);
-    }
+        wt_path, {"--backend", "ipc", "--load-threads", std::to_string(rx_threads),
+                  "--expect-model-bytes", std::to_string(source.total())});
     {
       wt::HttpClient client(url);
       nlohmann::json fields = {{"backend", "ipc"}, {"rank", 0}, {"packed", c.packed}};
       if (c.packed)
         fields.update({{"packed_buffer_size_bytes", c.buffer}, {"packed_num_buffers", c.buffers}});
       auto engine = wt::trainer_init(wt::InitInfo::from_object(fields), client, &source);
-      std::vector<double> ipc, mc, ratio;
+      std::vector<double> ipc, one, many, ratio, first, rx_faults, tx_faults;
       for (int r = 0; r < warmup + rounds; ++r) {
-        double m = memcpy_once(source);
+        double m1 = copy_limit(source, 1), mn = copy_limit(source, rx_threads);
+        const uint64_t rx0 = faults_of(server->pid()), tx0 = own_faults();
         auto t0 = Clock::now();
         engine->send_weights();
         double t = std::chrono::duration<double>(Clock::now() - t0).count();
+        const double rx = static_cast<double>(faults_of(server->pid()) - rx0),
+                     tx = static_cast<double>(own_faults() - tx0);
+        if (r < 2) {
+          first.push_back(t);
+          fmt::print("    round {}: {:.3f} s, page faults: receiver {:.0f}, trainer {:.0f}\n",
+                     r + 1, t, rx, tx);
+        }
+        rx_faults.push_back(rx);
+        tx_faults.push_back(tx);
         if (r < warmup) continue;
         ipc.push_back(t);
-        mc.push_back(m);
-        ratio.push_back(m / t);
+        one.push_back(m1);
+        many.push_back(mn);
+        ratio.push_back(mn / t);
       }
       auto gbs = [&](double sec) { return static_cast<double>(source.total()) / sec / 1e9; };
-      double& best = !c.in_shm                 ? best_copy
-                     : c.receiver_threads == 1 ? in_place_one_thread
-                                               : in_place;
-      best = std::max(best, median(ratio));
+      const double r = median(ratio);
+      double& best = c.in_shm   ? (c.receiver_threads == 1 ? in_place_one_thread : in_place)
+                     : c.packed ? best_packed
+                                : best_copy;
+      best = std::max(best, r);
       fmt::print(
-          "ipc {:<42} rx {:>1} thr {:>6.3f} s {:>6.2f} GB/s | memcpy {:>6.2f} GB/s | {:.2f}x "
-          "memcpy\n",
-          c.name, rx, median(ipc), gbs(median(ipc)), gbs(median(mc)), median(ratio));
+          "ipc {:<42} rx {} thr {:>6.3f} s {:>6.2f} GB/s | limit {:>6.2f} GB/s (1 thr {:>6.2f}) | "
+          "{:.2f}x limit | first rounds {:.2f}x, {:.2f}x the median | faults per warm round: "
+          "receiver {:.0f}, trainer {:.0f}\n",
+          c.name, rx_threads, median(ipc), gbs(median(ipc)), gbs(median(many)), gbs(median(one)), r,
+          first.size() > 0 ? first[0] / median(ipc) : 0,
+          first.size() > 1 ? first[1] / median(ipc) : 0,
+          median({rx_faults.end() - rounds, rx_faults.end()}),
+          median({tx_faults.end() - rounds, tx_faults.end()}));
       std::fflush(stdout);
     }
     server->kill(SIGTERM);
     server->wait();
   }
   fmt::print(
-      "ipc / memcpy (target >= 0.80x): weights in /dev/shm {:.2f}x ({:.2f}x with a one-thread "
-      "receiver); private weights, best case {:.2f}x\n",
-      in_place, in_place_one_thread, best_copy);
+      "ipc / copy limit with {} thread(s): weights in /dev/shm {:.2f}x (target >= 0.80x; "
+      "{:.2f}x with a one-thread receiver, against the same limit); private weights {:.2f}x, "
+      "packed {:.2f}x (targets >= 0.45x)\n",
+      copy_threads, in_place, in_place_one_thread, best_copy, best_packed);
   munmap(dst, dst_size);
   return 0;
 }

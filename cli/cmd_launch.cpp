@@ -127,15 +127,17 @@ struct Receivers {
   std::vector<std::string> urls;
 };
 Receivers start_receivers(const LaunchConfig& cfg, const std::string& exe,
-                          const std::vector<std::string>& files) {
+                          const std::vector<std::string>& files, uint64_t model_bytes) {
   Receivers r;
   r.urls = cfg.receiver_urls;
   const bool sparse = Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE;
   if (!cfg.embedded_receiver) return r;
   for (int k = 0; k < cfg.receiver_count; ++k) {
     std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
-    if (sparse)
+    if (sparse)  // starts from the checkpoint, and so knows the model's size
       for (const auto& f : files) args.insert(args.end(), {"--load-checkpoint", f});
+    else  // its first rounds' memory is ready before the first bytes arrive
+      args.insert(args.end(), {"--expect-model-bytes", std::to_string(model_bytes)});
     for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
     // The token travels in the environment: argv is readable by every user of the host.
     auto [child, url] = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
@@ -355,7 +357,7 @@ int run_coordinator(const LaunchConfig& cfg, bool json) {
   for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
   const Checkpoint ckpt = check_config(cfg, json);
   const std::string exe = self_exe();
-  Receivers receivers = start_receivers(cfg, exe, ckpt.files);
+  Receivers receivers = start_receivers(cfg, exe, ckpt.files, ckpt.total);
   std::string rendezvous;
   // However the run ends, even by an exception: the rendezvous directory goes, and so do the
   // shared-memory segments of ranks killed mid-round (the ranks, declared below, are reaped

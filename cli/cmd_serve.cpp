@@ -2,12 +2,12 @@
 #include "commands.hpp"
 #include "device_option.hpp"
 
-#include <wt/services/cuda_host_staging.hpp>
 #include <wt/error.hpp>
-#include <wt/services/http_server.hpp>
 #include <wt/json_parse.hpp>
-#include <wt/services/receiver.hpp>
 #include <wt/registry.hpp>
+#include <wt/services/cuda_host_staging.hpp>
+#include <wt/services/http_server.hpp>
+#include <wt/services/receiver.hpp>
 #include <wt/services/safetensors.hpp>
 
 #include <fmt/format.h>
@@ -37,6 +37,7 @@ Run add_serve_command(CLI::App& app) {
     std::size_t max_body_mb = 256;
     std::string device = "cpu";
     unsigned load_threads = 0;
+    uint64_t expect_model_bytes = 0;
     std::vector<std::string> checkpoint;
     std::vector<std::string> plugin_dirs;
     std::string plugin_file;
@@ -60,6 +61,12 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--load-threads", o->load_threads,
                   "Threads copying received host tensors into place (0: one per core, at most 8)")
       ->capture_default_str();
+  cmd->add_option("--expect-model-bytes", o->expect_model_bytes,
+                  "The model's size, when known: the first two rounds' staging memory is faulted "
+                  "in at start, so they run as fast as later ones (0: the first round faults its "
+                  "own)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 50));
   cmd->add_option("--plugin-dir", o->plugin_dirs,
                   "A directory searched for plugins before the default ones (repeatable)");
   cmd->add_option("--plugin", o->plugin_file,
@@ -120,6 +127,7 @@ Run add_serve_command(CLI::App& app) {
     if (ropts.device.device_type == kDLCUDA)
       ropts.device_staging = make_cuda_host_staging(ropts.device.device_id);
     ropts.load_threads = o->load_threads;
+    ropts.expect_model_bytes = o->expect_model_bytes;
     ropts.backend_options = std::move(backend_options);
     Receiver receiver(ropts);
     if (!o->checkpoint.empty()) {

@@ -52,6 +52,29 @@ Receiver::Receiver(Options options)
   if (options_.device.device_type != kDLCPU && !options_.device_staging)
     throw Error(WT_ERR_INVALID_ARGUMENT,
                 "a receiver on a device needs Options::device_staging to bring tensors to host");
+  if (options_.expect_model_bytes > 0) {
+    // Two rounds' worth, plus room for each tensor's alignment.
+    const uint64_t bytes = options_.expect_model_bytes;
+    prepare_staging(bytes > UINT64_MAX / 2 ? bytes : 2 * bytes + (bytes >> 10), true,
+                    "for the model expected");
+    next_round_prepared_ = true;
+  }
+}
+
+void Receiver::prepare_staging(uint64_t bytes, bool wait, const char* why) {
+  if (options_.device_staging) return;  // pinned memory from the device staging instead
+  const double took = arena_->prepare(
+      static_cast<std::size_t>(std::min<uint64_t>(bytes, SIZE_MAX / 2)), load_threads_, wait);
+  if (took < 0)
+    logger()->info(
+        "receiver: this kernel cannot fault memory in ahead (MADV_POPULATE_WRITE, "
+        "Linux 5.14); first rounds fault their own");
+  else if (wait)
+    logger()->info("receiver: staging memory {} faulted in: {:.2f} GiB in {:.2f} s", why,
+                   static_cast<double>(bytes) / (1 << 30), took);
+  else
+    logger()->debug("receiver: faulting in {:.2f} GiB of staging memory {}, in the background",
+                    static_cast<double>(bytes) / (1 << 30), why);
 }
 
 Receiver::Receiver(const std::string& backend)
@@ -325,9 +348,16 @@ void Receiver::load_base(WeightSource& source) {
   }
   discard_staged();
   load(tensors);  // into staged_, as a round does
-  std::lock_guard<std::mutex> state(state_mu_);
-  while (!staged_.empty()) move_node(staged_.extract(staged_.begin()), committed_);
-  version_ = "base";
+  uint64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> state(state_mu_);
+    while (!staged_.empty()) move_node(staged_.extract(staged_.begin()), committed_);
+    version_ = "base";
+    for (const auto& [name, t] : committed_) bytes += t.nbytes;
+  }
+  // The first round stages a copy of the model beside the base: its memory, ready before it.
+  if (!next_round_prepared_) prepare_staging(bytes + (bytes >> 10), true, "for the first round");
+  next_round_prepared_ = true;
 }
 
 void Receiver::start_weight_update() {
@@ -493,6 +523,14 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
   clear_pending_patches();
   if (weight_version) version_ = weight_version;
   ++rounds_;
+  // The model's first commit: the next round stages a second copy, in memory nobody has touched
+  // yet. It is faulted in now, in the background, while the trainer trains.
+  if (!next_round_prepared_ && spare_.empty()) {
+    uint64_t bytes = 0;
+    for (const auto& [name, t] : committed_) bytes += t.nbytes;
+    prepare_staging(bytes + (bytes >> 10), false, "for the next round");
+    next_round_prepared_ = true;
+  }
 }
 
 void Receiver::end_weight_update(const std::string& reason) {

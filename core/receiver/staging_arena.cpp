@@ -7,9 +7,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <vector>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
 
 namespace wt::detail {
 
@@ -56,6 +63,56 @@ struct StagingArena::Mapping {
     if (base != nullptr) munmap(base, size);
   }
 };
+
+StagingArena::~StagingArena() {
+  if (preparing_.joinable()) preparing_.join();
+}
+
+double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait) {
+  if (preparing_.joinable()) preparing_.join();
+  unsigned char* from = nullptr;
+  std::size_t size = 0;
+  std::shared_ptr<Mapping> keep;  // the range stays mapped while it is populated
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (nbytes == 0 || nbytes > SIZE_MAX - 2 * kHuge) return 0;
+    const std::size_t exact = round_up(nbytes, page_size());
+    std::size_t offset = current_ ? round_up(current_->used, page_size()) : 0;
+    if (!current_ || offset > current_->size || exact > current_->size - offset) {
+      auto fresh = Mapping::reserve(std::max(kReserve, exact));
+      if (!fresh) return 0;  // allocate() reserves block by block then: nothing to prepare
+      current_ = std::move(fresh);
+      offset = 0;
+    }
+    keep = current_;
+    from = current_->base + offset;
+    size = exact;
+  }
+  auto populate = [from, size, threads = std::max(threads, 1u)]() -> bool {
+    // Slices of whole huge pages, so that no two threads fault in one.
+    const std::size_t slice = round_up((size + threads - 1) / threads, kHuge);
+    std::vector<std::thread> pool;
+    std::vector<char> ok(threads, 1);
+    for (unsigned k = 0; k < threads; ++k) {
+      const std::size_t lo = std::min(size, slice * k), hi = std::min(size, slice * (k + 1));
+      if (lo >= hi) break;
+      auto run = [&, k, lo, hi] { ok[k] = madvise(from + lo, hi - lo, MADV_POPULATE_WRITE) == 0; };
+      if (k + 1 < threads && hi < size)
+        pool.emplace_back(run);
+      else
+        run();
+    }
+    for (auto& t : pool) t.join();
+    return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
+  };
+  if (!wait) {
+    preparing_ = std::thread([populate, keep] { populate(); });
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!populate()) return -1;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::shared_ptr<unsigned char> StagingArena::allocate(std::size_t nbytes, std::size_t align) {
   if (nbytes == 0) nbytes = 1;

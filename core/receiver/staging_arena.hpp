@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 namespace wt::detail {
 
@@ -25,10 +26,25 @@ class StagingArena {
   // when no memory can be mapped.
   std::shared_ptr<unsigned char> allocate(std::size_t nbytes, std::size_t align);
 
+  // Faults in the next `nbytes` of address space blocks will be cut from, with `threads` threads
+  // (MADV_POPULATE_WRITE): blocks allocated there are then written without page faults, which on
+  // a machine whose memory is fragmented cost more than the copy (the kernel compacts memory for
+  // each huge page). `wait`: returns when done; otherwise runs in the background, and a block cut
+  // meanwhile is simply faulted by whoever writes it first (populating never changes what a page
+  // holds). Returns the seconds it took (0 in the background), or -1 where the kernel cannot
+  // populate (before Linux 5.14): nothing is done then.
+  double prepare(std::size_t nbytes, unsigned threads, bool wait);
+
+  StagingArena() = default;
+  ~StagingArena();
+  StagingArena(const StagingArena&) = delete;
+  StagingArena& operator=(const StagingArena&) = delete;
+
  private:
   struct Mapping;
   std::mutex mu_;
   std::shared_ptr<Mapping> current_;
+  std::thread preparing_;  // a background prepare(), joined by the next one and the destructor
 };
 
 }  // namespace wt::detail

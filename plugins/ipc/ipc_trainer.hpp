@@ -50,6 +50,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   void flush(Chunk& chunk, std::size_t buffer_index);
   // Waits for the oldest in-flight update, tells every rank how it went, and releases what it used.
   void sync_one();
+  void prepare_host_buffers();
   Buffer& buffer_for(std::size_t index, int cuda_device);
   // Every rank's handle maps, merged at the sender (its own first, then other ranks in order).
   std::vector<nlohmann::json> gather_and_merge(const std::vector<nlohmann::json>& mine,
@@ -69,7 +70,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   sdk::GroupRef group_;
   bool sender_;
   unsigned copy_threads_;
-  sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
+  sdk::AbortSignal aborted_;          // abort() from any thread wakes every wait
   void* stream_ = nullptr;            // this round's producer stream (null: synchronise the device)
   std::map<int, std::string> uuids_;  // by CUDA device index
 

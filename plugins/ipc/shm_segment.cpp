@@ -8,9 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace wt::ipc {
 namespace {
@@ -20,6 +24,33 @@ std::string errno_text() {
 }
 
 }  // namespace
+
+bool ShmSegment::prefault(unsigned threads) const {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22, MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  if (addr_ == nullptr || size_ == 0) return true;
+  const int advice = owner_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+  threads = std::max(1u, std::min(threads, 64u));
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t slice = (size_ / threads + page - 1) / page * page;
+  std::vector<std::thread> pool;
+  std::atomic<bool> ok{true};
+  for (unsigned k = 0; k < threads; ++k) {
+    const std::size_t lo = std::min(size_, slice * k);
+    const std::size_t hi = k + 1 == threads ? size_ : std::min(size_, slice * (k + 1));
+    if (lo >= hi) break;
+    auto run = [this, lo, hi, advice, &ok] {
+      if (madvise(data() + lo, hi - lo, advice) != 0) ok = false;
+    };
+    if (hi < size_)
+      pool.emplace_back(run);
+    else
+      run();
+  }
+  for (auto& t : pool) t.join();
+  return ok;
+}
 
 ShmSegment ShmSegment::create(std::size_t size) {
   if (size == 0) size = 1;

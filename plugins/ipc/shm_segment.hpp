@@ -42,6 +42,11 @@ class ShmSegment {
   // mapping must be redone. A name that is gone keeps the mapping current: wt unlinks its
   // segments' names as soon as every worker has mapped them. Never opens the file.
   bool is_current() const;
+  // Faults every page of the mapping in ahead of use, with `threads` threads: a created segment's
+  // pages are allocated (MADV_POPULATE_WRITE), an opened one's mapped (MADV_POPULATE_READ), so
+  // the round that fills or reads it takes no page faults. Best effort: false where the kernel
+  // cannot (before Linux 5.14) or a page is gone (a segment cut short; never a SIGBUS).
+  bool prefault(unsigned threads = 1) const;
 
  private:
   void release();  // unmaps, and unlinks what this process created and has not unlinked

@@ -53,7 +53,9 @@ class CountingClient : public wt::Client {
   int round = -1;  // counts starts: the round being sent
   std::string pause_before;
   int pause_round = 0, pause_update = 0, pause_ms = -1;  // pause_ms < 0: forever
-  int updates_this_round = 0;
+  // update_weights runs on the engine's side thread, and on the caller's when a failed round is
+  // ended (the default end_weight_update is a refused update).
+  std::atomic<int> updates_this_round{0};
 
  private:
   void pause_if(const char* call) {

@@ -64,6 +64,12 @@ class Receiver {
     // Receiver-side options for the backend's worker engine (a JSON object), e.g. the backend
     // keys of `wt serve --weight-transfer-config`.
     nlohmann::json backend_options = nlohmann::json::object();
+    // The bytes of the model the trainer will send, when known (`wt serve --expect-model-bytes`;
+    // `wt launch` passes its checkpoint's): the staging memory of the first two rounds (each
+    // round stages a full copy before its commit) is faulted in by the constructor, so that the
+    // first rounds cost what later ones do. 0: the first round faults its own memory, and the
+    // second round's is prepared in the background once the first commits.
+    uint64_t expect_model_bytes = 0;
   };
   struct Tensor {
     DLDataType dtype{};
@@ -170,6 +176,9 @@ class Receiver {
   TensorMap committed_;
   std::optional<std::string> version_;
   uint64_t rounds_ = 0;
+  bool next_round_prepared_ = false;  // the staging memory of the round after the model's first
+  // Faults in staging memory for `bytes` more, waiting or not; logs what it did.
+  void prepare_staging(uint64_t bytes, bool wait, const char* why);
 };
 
 // A client that drives a Receiver in this process: for embedded workers and tests.
