@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "launch_config.hpp"
 #include "launch_trainer.hpp"
+#include "launcher_env.hpp"
 #include "subprocess.hpp"
 
 #include <wt/dtype.hpp>
@@ -15,6 +16,7 @@
 #include <wt/services/safetensors.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -400,6 +402,52 @@ int run_coordinator(const LaunchConfig& cfg, bool json) {
   return ok ? 0 : 1;
 }
 
+// `--dry-run`: what a run of this config would start and where, without starting anything. Under a
+// cluster launcher, also where this process sits in the job, and whether that agrees with the
+// config.
+int print_dry_run(const LaunchConfig& cfg) {
+  fmt::print("config: {}\n", cfg.file);
+  fmt::print("backend: {}\n", cfg.backend);
+  for (const char* key : {"master_address", "master_port", "world_size", "device", "packed"})
+    if (auto it = cfg.init_info.find(key); it != cfg.init_info.end())
+      fmt::print("  init_info.{}: {}\n", key, it->dump());
+  if (!cfg.safetensors.empty())
+    fmt::print("source: {} safetensors file(s), first {}\n", cfg.safetensors.size(),
+               cfg.safetensors.front());
+  else if (cfg.generate)
+    fmt::print("source: generated {} ({}), seed {}\n", cfg.generate->model, cfg.generate->dtype,
+               cfg.generate->seed);
+  fmt::print("trainer ranks: {}\n", cfg.trainer_ranks);
+  if (cfg.embedded_receiver)
+    fmt::print("receivers: {} embedded `wt serve` process(es) on 127.0.0.1, port chosen at start\n",
+               cfg.receiver_count);
+  else
+    for (const auto& url : cfg.receiver_urls) fmt::print("receiver: {}\n", url);
+  fmt::print("rounds: {}{}\n", cfg.rounds, cfg.verify ? ", each verified" : "");
+  const auto place = place_from_env([](const char* n) { return std::getenv(n); });
+  if (!place) {
+    fmt::print(
+        "launcher: none found in the environment (RANK/WORLD_SIZE, SLURM_PROCID/"
+        "SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE): wt launch starts every rank itself\n");
+    return 0;
+  }
+  fmt::print("launcher: {} (from {})\n", place->source, fmt::join(place->variables, ", "));
+  fmt::print("  this process: trainer rank {} of {}, local rank {}\n", place->rank,
+             place->world_size, place->local_rank);
+  if (!place->master_addr.empty())
+    fmt::print("  rendezvous host: {}{}\n", place->master_addr,
+               place->master_port ? fmt::format(" (the launcher's store: port {}, which wt does "
+                                                "not bind)",
+                                                place->master_port)
+                                  : "");
+  if (place->world_size != cfg.trainer_ranks)
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: trainer.ranks is {}, but the launcher ({}) says the world size "
+                            "is {}",
+                            cfg.file, cfg.trainer_ranks, place->source, place->world_size));
+  return 0;
+}
+
 }  // namespace
 
 Run add_launch_command(CLI::App& app) {
@@ -407,12 +455,15 @@ Run add_launch_command(CLI::App& app) {
       app.add_subcommand("launch", "Run a weight sync from a YAML config (see docs/config.md)");
   struct Opts {
     std::string config;
-    bool json = false;
+    bool json = false, dry_run = false;
     TrainerRankArgs trainer;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("config", o->config, "The YAML launch config")->required();
   cmd->add_flag("--json", o->json, "Print a machine-readable JSON report instead of the table");
+  cmd->add_flag("--dry-run", o->dry_run,
+                "Print what would run, and where this process sits under a cluster launcher "
+                "(torchrun, SLURM, Open MPI), without starting anything");
   // The coordinator runs each trainer rank as `wt launch CONFIG --trainer-rank K ...`.
   auto* rank = cmd->add_option("--trainer-rank", o->trainer.rank)->group("");
   cmd->add_option("--receiver-url", o->trainer.receiver_urls)->group("");
@@ -420,6 +471,7 @@ Run add_launch_command(CLI::App& app) {
   cmd->add_option("--checkpoint", o->trainer.checkpoint_files)->group("");
   return [o, rank]() {
     LaunchConfig cfg = load_launch_config(o->config);
+    if (o->dry_run) return print_dry_run(cfg);
     if (*rank) return run_trainer_rank(cfg, o->trainer);
     return run_coordinator(cfg, o->json);
   };

@@ -182,5 +182,35 @@ TEST(Launch, ReceiverGoneIsAnErrorNotAHang) {
   EXPECT_THAT(r.output, HasSubstr("FAILED"));
 }
 
+TEST(Launch, DryRunSaysWhereThisProcessSitsUnderEachLauncherAndStartsNothing) {
+  const std::string config = std::string(WT_SOURCE_DIR) + "/configs/ipc_two_ranks.yaml";
+  // Whatever launcher runs this suite, its variables are not the ones under test.
+  const std::string clean =
+      "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT -u SLURM_PROCID "
+      "-u SLURM_NTASKS -u SLURM_LOCALID -u SLURM_STEP_NODELIST -u SLURM_JOB_NODELIST "
+      "-u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE ";
+  auto plain = test::run_process(clean + WT_CLI_PATH + " launch " + config + " --dry-run");
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_THAT(plain.output, HasSubstr("trainer ranks: 2"));
+  EXPECT_THAT(plain.output, HasSubstr("launcher: none found"));
+  auto torchrun = test::run_process(
+      "env -u SLURM_PROCID RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 "
+      "MASTER_ADDR=10.1.2.3 MASTER_PORT=29500 " +
+      std::string(WT_CLI_PATH) + " launch " + config + " --dry-run");
+  EXPECT_EQ(torchrun.exit_code, 0) << torchrun.output;
+  EXPECT_THAT(torchrun.output,
+              HasSubstr("launcher: torchrun (from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, "
+                        "MASTER_PORT)"));
+  EXPECT_THAT(torchrun.output, HasSubstr("this process: trainer rank 1 of 2, local rank 1"));
+  EXPECT_THAT(torchrun.output, HasSubstr("rendezvous host: 10.1.2.3"));
+  auto slurm =
+      test::run_process(clean + "SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_JOB_NODELIST='gpu[07-10]' " +
+                        std::string(WT_CLI_PATH) + " launch " + config + " --dry-run");
+  EXPECT_NE(slurm.exit_code, 0);
+  EXPECT_THAT(slurm.output, HasSubstr("rendezvous host: gpu07"));
+  EXPECT_THAT(slurm.output,
+              HasSubstr("trainer.ranks is 2, but the launcher (SLURM) says the world size is 4"));
+}
+
 }  // namespace
 }  // namespace wt
