@@ -15,9 +15,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -61,8 +63,31 @@ Receiver::Receiver(Options options)
   }
 }
 
+namespace {
+
+// MemAvailable of /proc/meminfo, in bytes (0 if unknown).
+uint64_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+}  // namespace
+
 void Receiver::prepare_staging(uint64_t bytes, bool wait, const char* why) {
   if (options_.device_staging) return;  // pinned memory from the device staging instead
+  // Faulting in more than the machine has would wake the OOM killer, not speed anything up.
+  if (const uint64_t avail = available_memory(); avail == 0 || bytes > avail / 10 * 8) {
+    logger()->info(
+        "receiver: staging memory {} not faulted in ahead: {:.2f} GiB is more than 80 % "
+        "of the {:.2f} GiB available; the first rounds fault their own",
+        why, static_cast<double>(bytes) / (1 << 30), static_cast<double>(avail) / (1 << 30));
+    return;
+  }
   const double took = arena_->prepare(
       static_cast<std::size_t>(std::min<uint64_t>(bytes, SIZE_MAX / 2)), load_threads_, wait);
   if (took < 0)

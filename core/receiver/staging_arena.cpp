@@ -68,7 +68,7 @@ StagingArena::~StagingArena() {
   if (preparing_.joinable()) preparing_.join();
 }
 
-double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait) {
+double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait, int* error) {
   if (preparing_.joinable()) preparing_.join();
   unsigned char* from = nullptr;
   std::size_t size = 0;
@@ -80,7 +80,10 @@ double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait) {
     std::size_t offset = current_ ? round_up(current_->used, page_size()) : 0;
     if (!current_ || offset > current_->size || exact > current_->size - offset) {
       auto fresh = Mapping::reserve(std::max(kReserve, exact));
-      if (!fresh) return 0;  // allocate() reserves block by block then: nothing to prepare
+      if (!fresh) {  // allocate() reserves block by block then: nothing to prepare
+        if (error != nullptr) *error = ENOMEM;
+        return -1;
+      }
       current_ = std::move(fresh);
       offset = 0;
     }
@@ -88,29 +91,36 @@ double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait) {
     from = current_->base + offset;
     size = exact;
   }
-  auto populate = [from, size, threads = std::max(threads, 1u)]() -> bool {
+  auto populate = [from, size, threads = std::max(threads, 1u)]() -> int {
     // Slices of whole huge pages, so that no two threads fault in one.
     const std::size_t slice = round_up((size + threads - 1) / threads, kHuge);
     std::vector<std::thread> pool;
-    std::vector<char> ok(threads, 1);
+    std::vector<int> failed(threads, 0);  // errno per slice
     for (unsigned k = 0; k < threads; ++k) {
       const std::size_t lo = std::min(size, slice * k), hi = std::min(size, slice * (k + 1));
       if (lo >= hi) break;
-      auto run = [&, k, lo, hi] { ok[k] = madvise(from + lo, hi - lo, MADV_POPULATE_WRITE) == 0; };
+      auto run = [&, k, lo, hi] {
+        if (madvise(from + lo, hi - lo, MADV_POPULATE_WRITE) != 0) failed[k] = errno;
+      };
       if (k + 1 < threads && hi < size)
         pool.emplace_back(run);
       else
         run();
     }
     for (auto& t : pool) t.join();
-    return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
+    for (int e : failed)
+      if (e != 0) return e;
+    return 0;
   };
   if (!wait) {
     preparing_ = std::thread([populate, keep] { populate(); });
     return 0;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  if (!populate()) return -1;
+  if (const int e = populate(); e != 0) {
+    if (error != nullptr) *error = e;
+    return -1;
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

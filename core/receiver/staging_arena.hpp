@@ -31,9 +31,10 @@ class StagingArena {
   // a machine whose memory is fragmented cost more than the copy (the kernel compacts memory for
   // each huge page). `wait`: returns when done; otherwise runs in the background, and a block cut
   // meanwhile is simply faulted by whoever writes it first (populating never changes what a page
-  // holds). Returns the seconds it took (0 in the background), or -1 where the kernel cannot
-  // populate (before Linux 5.14): nothing is done then.
-  double prepare(std::size_t nbytes, unsigned threads, bool wait);
+  // holds). Returns the seconds it took (0 in the background), or -1 with `*error` set to the
+  // errno when it could not (EINVAL: a kernel before Linux 5.14; ENOMEM: not that much memory);
+  // the blocks are then faulted by their first writer, as without it.
+  double prepare(std::size_t nbytes, unsigned threads, bool wait, int* error = nullptr);
 
   StagingArena() = default;
   ~StagingArena();
