@@ -142,7 +142,10 @@ Receivers start_receivers(const LaunchConfig& cfg, const std::string& exe,
       args.insert(args.end(), {"--expect-model-bytes", std::to_string(model_bytes)});
     for (const auto& d : cfg.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
     // The token travels in the environment: argv is readable by every user of the host.
-    auto [child, url] = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token});
+    // Faulting in the staging memory of two rounds runs at ~0.5 GB/s at worst (a fragmented VM).
+    const auto startup = std::chrono::seconds(20) +
+                         std::chrono::milliseconds(sparse ? 0 : 4 * model_bytes / 1000000);
+    auto [child, url] = start_server(exe, args, {"WT_SERVE_TOKEN=" + cfg.receiver_token}, startup);
     r.children.push_back(std::move(child));
     r.urls.push_back(url);
   }

@@ -3,6 +3,7 @@
 // makespan, next to trainer rank 0 gathering and broadcasting the same model (the nccl backend).
 #include "commands.hpp"
 
+#include <wt/dtype.hpp>
 #include <wt/error.hpp>
 #include <wt/sdk/errors.hpp>
 #include <wt/services/yaml_json.hpp>
@@ -52,10 +53,10 @@ Run add_plan_command(CLI::App& app) {
   cmd->add_option("layout", o->layout, "Layout file (YAML or JSON; see docs/m2n.md)")->required();
   cmd->add_option("--trainer-gbs", o->trainer_gbs, "Link bandwidth per trainer rank, GB/s")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 1e6));
   cmd->add_option("--worker-gbs", o->worker_gbs, "Link bandwidth per worker rank, GB/s")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 1e6));
   cmd->add_option("--anchor-s", o->anchor_s,
                   "A published round time to print next to the makespan (seconds)");
   cmd->add_option("--write-plan", o->write_plan, "Write the plan's JSON (the workers' form) here");
@@ -64,10 +65,12 @@ Run add_plan_command(CLI::App& app) {
     const auto started = std::chrono::steady_clock::now();
     // Layouts state repeated parameters as ranges, so even a 1 T model's file is small.
     const nlohmann::json doc = yaml_to_json(load_yaml_file(o->layout), o->layout);
+    m2n::Layout layout;
     m2n::Plan plan;
     m2n::PlanStats stats;
     try {
-      plan = m2n::compute_plan(m2n::layout_from_json(doc, "layout " + o->layout));
+      layout = m2n::layout_from_json(doc, "layout " + o->layout);
+      plan = m2n::compute_plan(layout);
       stats = m2n::plan_stats(plan);
     } catch (const sdk::Error& e) {
       throw Error(e.code(), e.what());
@@ -91,12 +94,25 @@ Run add_plan_command(CLI::App& app) {
     // (a pipelined ring or tree) and every worker link takes the whole model; before that, rank 0
     // gathers what it does not hold, over its own link.
     const double bcast_s = static_cast<double>(stats.model_bytes) / std::min(trainer_bw, worker_bw);
-    const uint64_t rank0_held = stats.model_bytes / static_cast<uint64_t>(plan.trainer_ranks);
+    uint64_t rank0_held = 0;  // what trainer rank 0 holds already, by the layout's holdings
+    for (const auto& g : layout.groups) {
+      uint64_t row = element_size(g.dtype);  // bytes per unit of the held dimension, or of it all
+      for (int64_t d : g.shape) row *= static_cast<uint64_t>(d);
+      for (const auto& h : *g.holdings)
+        if (h.rank == 0)
+          rank0_held +=
+              g.names.size() *
+              (h.dim < 0 ? row
+                         : row / static_cast<uint64_t>(g.shape[static_cast<std::size_t>(h.dim)]) *
+                               static_cast<uint64_t>(h.hi - h.lo));
+    }
+    rank0_held = std::min(rank0_held, stats.model_bytes);
     const double gather_s = static_cast<double>(stats.model_bytes - rank0_held) / trainer_bw;
     const std::string digest = m2n::plan_digest(plan);
     if (!o->write_plan.empty()) {
       std::ofstream f(o->write_plan, std::ios::trunc);
       f << m2n::plan_to_json(plan).dump() << '\n';
+      f.close();  // a full disk shows here, not in a destructor
       if (!f) throw Error(WT_ERR_SYSTEM, fmt::format("cannot write the plan to {}", o->write_plan));
     }
     if (o->json) {

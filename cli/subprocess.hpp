@@ -149,15 +149,16 @@ class Child {
   std::size_t consumed_ = 0;
 };
 
-// Starts `wt serve --port 0 ARGS...` and returns it with its URL.
+// Starts `wt serve --port 0 ARGS...` and returns it with its URL. `startup`: how long it may take
+// to listen (more when it faults in a large model's staging memory first).
 inline std::pair<std::unique_ptr<Child>, std::string> start_server(
-    const std::string& wt, std::vector<std::string> args,
-    const std::vector<std::string>& env = {}) {
+    const std::string& wt, std::vector<std::string> args, const std::vector<std::string>& env = {},
+    std::chrono::milliseconds startup = std::chrono::seconds(20)) {
   std::vector<std::string> argv{wt, "serve", "--port", "0"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto c = std::make_unique<Child>(argv, env);
   // The banner "... listening on http://HOST:PORT (...)"; log lines may come before it.
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const auto end = std::chrono::steady_clock::now() + startup;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         end - std::chrono::steady_clock::now());

@@ -103,6 +103,22 @@ TEST(M2nPlan, EveryElementEachWorkerNeedsComesExactlyOnceFromARankThatHoldsIt) {
       }
 }
 
+TEST(M2nPlan, MixedAndOverlappingHoldingsAreCoveredByRanksThatHoldEachPiece) {
+  // Rank 0 holds w whole; rank 1 two overlapping slices [0,4) and [2,4) that end together; rank 2
+  // the rows [4,6) twice over. Every row has holders, and nobody is named for rows it lacks.
+  Layout layout = layout_from_json(
+      small_layout(json::array({{{"match", "w*"}, {"dim", 1}}, {{"match", "v*"}, {"dim", 0}}}), 3,
+                   2, 2),
+      "layout");
+  layout.groups[0].holdings = std::make_shared<std::vector<Held>>(
+      std::vector<Held>{{0, -1, 0, 0}, {1, 0, 0, 4}, {1, 0, 2, 4}, {2, 0, 4, 6}, {2, 0, 4, 6}});
+  layout.groups[1].shape = {5, 1};  // 2-D, for the enumeration
+  const Plan plan = compute_plan(layout);
+  expect_exact_cover(layout, plan);
+  for (const Piece& p : plan.groups[0].pieces)
+    EXPECT_EQ(p.holders, (p.box.lo[0] >= 4 ? std::vector<int>{0, 2} : std::vector<int>{0, 1}));
+}
+
 TEST(M2nPlan, ReplicatedWeightsAreSpreadSoNoTrainerSendsMoreThanOnePieceAboveAnother) {
   json l = {{"parameters",
              {{{"name", "p{}"}, {"ranges", {{0, 11}}}, {"dtype", "float32"}, {"shape", {64, 64}}}}},
@@ -203,6 +219,10 @@ TEST(M2nPlan, ABadLayoutFileIsRefusedNamingTheEntry) {
   l["trainer"]["rankz"] = 3;
   EXPECT_THAT(error_of([&] { layout_from_json(l, "layout"); }),
               HasSubstr("trainer: unknown key 'rankz'"));
+  l = small_layout();
+  l["parameters"].push_back({{"name", "b"}, {"dtype", "float32"}, {"shape", {2}}});
+  EXPECT_THAT(error_of([&] { layout_from_json(l, "layout"); }),
+              HasSubstr("parameters[3]: parameter 'b' is listed twice"));
   // Ranges that would expand to more parameters than any model has.
   l = small_layout();
   l["parameters"][0]["name"] = "w{}.{}";
@@ -227,8 +247,30 @@ TEST(M2nPlan, AWorkersPlanThatCoversAParameterTwiceOrNotAtAllIsRefused) {
   json missing = good;
   missing["groups"][0]["pieces"].erase(0);
   EXPECT_THAT(error_of([&] { plan_from_json(missing, "init_info plan"); }),
-              HasSubstr("is not covered for tensor-parallel rank 0: the pieces hold 8 of its 12 "
-                        "elements"));
+              HasSubstr("is not covered for tensor-parallel rank 0: elements 0..2 of dim 0 are in "
+                        "no piece"));
+  json crossed = good;  // a piece that cuts the box along a second dimension
+  crossed["groups"][0]["pieces"][0]["hi"][1] = 1;
+  EXPECT_THAT(error_of([&] { plan_from_json(crossed, "plan"); }),
+              HasSubstr("are not slices along one dimension"));
+  // Sizes that wrap 64 bits cannot fake coverage.
+  json wrap = {{"version", 1},
+               {"trainer_ranks", 1},
+               {"replicas", 1},
+               {"tensor_parallel", 1},
+               {"groups",
+                {{{"names", {"w"}},
+                  {"dtype", "float32"},
+                  {"shape", {int64_t{1} << 40, (int64_t{1} << 24) + 1}},
+                  {"tp_dim", -1},
+                  {"pieces",
+                   {{{"tp", 0},
+                     {"lo", {0, 0}},
+                     {"hi", {int64_t{1} << 40, 1}},
+                     {"holders", {0}},
+                     {"first", 0}}}}}}}};
+  EXPECT_THAT(error_of([&] { plan_from_json(wrap, "plan"); }),
+              HasSubstr("the shape has more than 2^50 elements"));
   json named_twice = good;
   named_twice["groups"][1]["names"].push_back("w1");
   EXPECT_THAT(error_of([&] { plan_from_json(named_twice, "plan"); }),

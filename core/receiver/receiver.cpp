@@ -4,6 +4,7 @@
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
 #include <wt/log.hpp>
+#include <wt/registry.hpp>
 #include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/parallel_for.hpp>
 #include <wt/services/checksum.hpp>
@@ -78,28 +79,43 @@ uint64_t available_memory() {
 
 }  // namespace
 
-void Receiver::prepare_staging(uint64_t bytes, bool wait, const char* why) {
+void Receiver::prepare_staging(uint64_t bytes, bool wait, const char* why) noexcept {
   if (options_.device_staging) return;  // pinned memory from the device staging instead
-  // Faulting in more than the machine has would wake the OOM killer, not speed anything up.
-  if (const uint64_t avail = available_memory(); avail == 0 || bytes > avail / 10 * 8) {
-    logger()->info(
-        "receiver: staging memory {} not faulted in ahead: {:.2f} GiB is more than 80 % "
-        "of the {:.2f} GiB available; the first rounds fault their own",
-        why, static_cast<double>(bytes) / (1 << 30), static_cast<double>(avail) / (1 << 30));
-    return;
+  try {
+    // A delta backend's rounds patch the committed tensors: they stage no copy to prepare for.
+    if (Registry::instance().get(options_.backend)->capabilities() & WT_CAP_SPARSE) return;
+  } catch (...) {
+    return;  // an unknown backend fails at init, with its reason; nothing to prepare for it
   }
-  const double took = arena_->prepare(
-      static_cast<std::size_t>(std::min<uint64_t>(bytes, SIZE_MAX / 2)), load_threads_, wait);
-  if (took < 0)
-    logger()->info(
-        "receiver: this kernel cannot fault memory in ahead (MADV_POPULATE_WRITE, "
-        "Linux 5.14); first rounds fault their own");
-  else if (wait)
-    logger()->info("receiver: staging memory {} faulted in: {:.2f} GiB in {:.2f} s", why,
-                   static_cast<double>(bytes) / (1 << 30), took);
-  else
-    logger()->debug("receiver: faulting in {:.2f} GiB of staging memory {}, in the background",
-                    static_cast<double>(bytes) / (1 << 30), why);
+  try {
+    // Faulting in more than the machine has would wake the OOM killer, not speed anything up.
+    if (const uint64_t avail = available_memory(); avail == 0 || bytes > avail / 10 * 8) {
+      logger()->info(
+          "receiver: staging memory {} not faulted in ahead: {:.2f} GiB is more than 80 % "
+          "of the {:.2f} GiB available; the first rounds fault their own",
+          why, static_cast<double>(bytes) / (1 << 30), static_cast<double>(avail) / (1 << 30));
+      return;
+    }
+    int error = 0;
+    const double took =
+        arena_->prepare(static_cast<std::size_t>(std::min<uint64_t>(bytes, SIZE_MAX / 2)),
+                        load_threads_, wait, &error);
+    if (took < 0)
+      logger()->info(
+          "receiver: staging memory {} not faulted in ahead ({:.2f} GiB): {}; the "
+          "first rounds fault their own",
+          why, static_cast<double>(bytes) / (1 << 30),
+          error == EINVAL ? "this kernel has no MADV_POPULATE_WRITE (Linux 5.14)"
+                          : std::strerror(error));
+    else if (wait)
+      logger()->info("receiver: staging memory {} faulted in: {:.2f} GiB in {:.2f} s", why,
+                     static_cast<double>(bytes) / (1 << 30), took);
+    else
+      logger()->debug("receiver: faulting in {:.2f} GiB of staging memory {}, in the background",
+                      static_cast<double>(bytes) / (1 << 30), why);
+  } catch (const std::exception& e) {
+    logger()->warn("receiver: staging memory {} not faulted in ahead: {}", why, e.what());
+  }
 }
 
 Receiver::Receiver(const std::string& backend)

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #ifndef MADV_POPULATE_WRITE
@@ -92,7 +93,7 @@ double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait, in
     size = exact;
   }
   auto populate = [from, size, threads = std::max(threads, 1u)]() -> int {
-    // Slices of whole huge pages, so that no two threads fault in one.
+    // Slices of multiples of 2 MiB, one per thread (the last on the caller's).
     const std::size_t slice = round_up((size + threads - 1) / threads, kHuge);
     std::vector<std::thread> pool;
     std::vector<int> failed(threads, 0);  // errno per slice
@@ -102,10 +103,15 @@ double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait, in
       auto run = [&, k, lo, hi] {
         if (madvise(from + lo, hi - lo, MADV_POPULATE_WRITE) != 0) failed[k] = errno;
       };
-      if (k + 1 < threads && hi < size)
-        pool.emplace_back(run);
-      else
-        run();
+      bool started = false;
+      if (k + 1 < threads && hi < size) {
+        try {
+          pool.emplace_back(run);
+          started = true;
+        } catch (const std::system_error&) {  // no thread to be had: this one does the slice
+        }
+      }
+      if (!started) run();
     }
     for (auto& t : pool) t.join();
     for (int e : failed)
@@ -113,7 +119,17 @@ double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait, in
     return 0;
   };
   if (!wait) {
-    preparing_ = std::thread([populate, keep] { populate(); });
+    try {
+      preparing_ = std::thread([populate, keep] {
+        try {
+          populate();
+        } catch (...) {  // best effort: the blocks are faulted by their first writer instead
+        }
+      });
+    } catch (const std::system_error& e) {
+      if (error != nullptr) *error = e.code().value();
+      return -1;
+    }
     return 0;
   }
   const auto t0 = std::chrono::steady_clock::now();

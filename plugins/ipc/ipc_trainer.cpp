@@ -5,6 +5,8 @@
 #include <wt/dtype.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -79,21 +81,37 @@ IpcTrainer::IpcTrainer(const sdk::TrainerContext& context, const IpcInitInfo& in
 // fast as later ones (fresh shared memory costs a page fault per 4 KiB written, more than the
 // copy). A model in CUDA memory replaces them with device buffers at its first round.
 void IpcTrainer::prepare_host_buffers() {
-  uint64_t total = 0;
-  for (const auto& p : source_.metadata()) {
-    uint64_t n = 0;
-    if (!checked_nbytes(p.shape.data(), static_cast<int32_t>(p.shape.size()), p.dtype, &n)) return;
-    total += n;
-  }
-  const auto size = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
-  const auto count = static_cast<std::size_t>(std::min<uint64_t>(
-      static_cast<uint64_t>(info_.packed_num_buffers), (total + size - 1) / size));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < count; ++i) buffer_for(i, -1).shm->prefault(copy_threads_);
-  if (count > 0)
+  try {
+    uint64_t total = 0;
+    for (const auto& p : source_.metadata()) {
+      uint64_t n = 0;
+      if (!checked_nbytes(p.shape.data(), static_cast<int32_t>(p.shape.size()), p.dtype, &n))
+        return;  // the round refuses such metadata, naming it
+      total = total > UINT64_MAX - n ? UINT64_MAX : total + n;
+    }
+    const auto size = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
+    const auto count = static_cast<std::size_t>(std::min<uint64_t>(
+        static_cast<uint64_t>(info_.packed_num_buffers), (total + size - 1) / size));
+    // Only where /dev/shm has room to spare: a small one (a container's 64 MiB) is left to the
+    // round, which reports what does not fit.
+    struct statvfs fs {};
+    if (count == 0 || statvfs("/dev/shm", &fs) != 0 ||
+        static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize / 2 < count * size)
+      return;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < count; ++i)
+      if (!buffer_for(i, -1).shm->prefault(copy_threads_)) {
+        buffers_.clear();  // their pages go: the round makes and fills them as it would have
+        log_.debug("packed buffers not faulted in ahead (no MADV_POPULATE_WRITE, or no room)");
+        return;
+      }
     log_.debug("{} packed buffer(s) of {} bytes faulted in ahead of the first round in {:.3f} s",
                count, size,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  } catch (const sdk::Error& e) {  // best effort: the first round makes them, and says why not
+    buffers_.clear();
+    log_.debug("packed buffers not made ahead: {}", e.what());
+  }
 }
 
 IpcTrainer::~IpcTrainer() {

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -33,7 +34,7 @@ bool ShmSegment::prefault(unsigned threads) const {
   const int advice = owner_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
   threads = std::max(1u, std::min(threads, 64u));
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  const std::size_t slice = (size_ / threads + page - 1) / page * page;
+  const std::size_t slice = std::max(page, (size_ / threads + page - 1) / page * page);
   std::vector<std::thread> pool;
   std::atomic<bool> ok{true};
   for (unsigned k = 0; k < threads; ++k) {
@@ -43,10 +44,15 @@ bool ShmSegment::prefault(unsigned threads) const {
     auto run = [this, lo, hi, advice, &ok] {
       if (madvise(data() + lo, hi - lo, advice) != 0) ok = false;
     };
-    if (hi < size_)
-      pool.emplace_back(run);
-    else
-      run();
+    bool started = false;
+    if (hi < size_) {
+      try {
+        pool.emplace_back(run);
+        started = true;
+      } catch (const std::system_error&) {  // no thread to be had: this one does the slice
+      }
+    }
+    if (!started) run();
   }
   for (auto& t : pool) t.join();
   return ok;

@@ -178,7 +178,7 @@ class Receiver {
   uint64_t rounds_ = 0;
   bool next_round_prepared_ = false;  // the staging memory of the round after the model's first
   // Faults in staging memory for `bytes` more, waiting or not; logs what it did.
-  void prepare_staging(uint64_t bytes, bool wait, const char* why);
+  void prepare_staging(uint64_t bytes, bool wait, const char* why) noexcept;
 };
 
 // A client that drives a Receiver in this process: for embedded workers and tests.

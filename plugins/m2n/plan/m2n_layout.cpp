@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <map>
 #include <tuple>
+#include <unordered_set>
 
 namespace wt::m2n {
 
@@ -153,6 +154,7 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
   l.trainer_ranks = static_cast<int>(int_field(trainer, "ranks", tw, 1, kMaxRanks));
   std::vector<HoldingRule> holding_rules;
   const auto& hr = array_field(trainer, "holdings", tw);
+  if (hr.size() > 1024) bad(tw, "more than 1024 holdings rules");
   for (std::size_t i = 0; i < hr.size(); ++i) {
     const std::string rw = fmt::format("{}, holdings[{}]", tw, i);
     if (!hr[i].is_object()) bad(rw, "must be an object");
@@ -176,6 +178,7 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
   std::vector<TpRule> tp_rules;
   if (inf.contains("rules")) {
     const auto& tr = array_field(inf, "rules", iw);
+    if (tr.size() > 1024) bad(iw, "more than 1024 rules");
     for (std::size_t i = 0; i < tr.size(); ++i) {
       const std::string rw = fmt::format("{}, rules[{}]", iw, i);
       if (!tr[i].is_object()) bad(rw, "must be an object");
@@ -189,6 +192,7 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
   // (rule, shape) are shared.
   std::map<std::tuple<int, std::vector<int64_t>>, std::shared_ptr<const std::vector<Held>>> shared;
   std::size_t total = 0;
+  std::unordered_set<std::string> seen;
   const auto& params = array_field(j, "parameters", what);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const std::string pw = fmt::format("{}, parameters[{}]", what, i);
@@ -196,6 +200,7 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
     if (!e.is_object()) bad(pw, "must be an object");
     only_keys(e, {"name", "ranges", "dtype", "shape"}, pw);
     const std::string pattern = string_field(e, "name", pw);
+    if (pattern.empty() || pattern.size() > 512) bad(pw, "'name' must have 1 to 512 characters");
     std::vector<std::pair<int64_t, int64_t>> ranges;
     if (e.contains("ranges")) {
       for (const auto& r : array_field(e, "ranges", pw)) {
@@ -224,6 +229,8 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
         bad(pw, "the shape has more than 2^50 elements");
     }
     std::vector<std::string> names = expand_names(pattern, ranges, pw);
+    for (const auto& name : names)
+      if (!seen.insert(name).second) bad(pw, fmt::format("parameter '{}' is listed twice", name));
     total += names.size();
     if (total > kMaxParams) bad(what, fmt::format("more than {} parameters", kMaxParams));
     std::map<std::pair<std::size_t, int>, std::size_t> group_of;  // (holding rule, tp dim) -> group

@@ -20,8 +20,10 @@ namespace {
   sdk::fail(WT_ERR_INVALID_ARGUMENT, "{}: {}", what, why);
 }
 
-// Holder entries one group's pieces of one TP rank may list (memory, and the plan's JSON size).
-constexpr uint64_t kMaxHolderEntries = uint64_t{1} << 24;
+// What one plan may hold: pieces, and holder entries over all of them (memory, and the size of the
+// JSON every worker receives). The 1 T layout needs 47,000 pieces.
+constexpr uint64_t kMaxPieces = uint64_t{1} << 22;
+constexpr uint64_t kMaxHolderEntries = uint64_t{1} << 25;
 
 // "'a'" or "'a' (and 41 more of its group)": errors name a parameter, not a group.
 std::string named(const std::vector<std::string>& names) {
@@ -33,12 +35,6 @@ uint64_t volume(const Box& b) {
   uint64_t v = 1;
   for (std::size_t d = 0; d < b.lo.size(); ++d) v *= static_cast<uint64_t>(b.hi[d] - b.lo[d]);
   return v;
-}
-
-bool disjoint(const Box& a, const Box& b) {
-  for (std::size_t d = 0; d < a.lo.size(); ++d)
-    if (a.hi[d] <= b.lo[d] || b.hi[d] <= a.lo[d]) return true;
-  return false;
 }
 
 bool inside(const Box& in, const Box& out) {
@@ -59,7 +55,7 @@ void check_tp_divides(const std::vector<std::string>& names, const std::vector<i
 }
 
 // The pieces of one group for tp rank t: the needed box split where the holdings change.
-std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t) {
+std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t, uint64_t& listed) {
   const Box need = needed_box(g.shape, g.tp_dim, tp, t);
   std::vector<int> whole;
   std::vector<const Held*> sliced;
@@ -82,6 +78,11 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t) {
     if (whole.empty())
       bad("cannot plan", fmt::format("no trainer rank holds parameter {}", named(g.names)));
     std::sort(whole.begin(), whole.end());
+    listed += whole.size();
+    if (listed > kMaxHolderEntries)
+      bad("cannot plan", fmt::format("the plan would list more than {} senders over its pieces "
+                                     "(at parameter {})",
+                                     kMaxHolderEntries, named(g.names)));
     out.push_back({t, need, whole, 0});
     return out;
   }
@@ -99,11 +100,10 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t) {
   // FSDP's disjoint shards cost O(ranks log ranks), not ranks squared.
   std::vector<const Held*> by_lo = sliced;
   std::sort(by_lo.begin(), by_lo.end(), [](const Held* a, const Held* b) { return a->lo < b->lo; });
-  std::set<std::pair<int64_t, int>> ending;  // (hi, rank) of the active slices
-  std::multiset<int> active;                 // their ranks
+  std::multiset<std::pair<int64_t, int>> ending;  // (hi, rank) of the active slices
+  std::multiset<int> active;                      // their ranks
   std::size_t next = 0;
   std::sort(whole.begin(), whole.end());
-  uint64_t listed = 0;  // holder entries made: a layout of overlapping slices is bounded
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
     const int64_t x = cuts[k], y = cuts[k + 1];
     for (; next < by_lo.size() && by_lo[next]->lo <= x; ++next) {
@@ -120,9 +120,9 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t) {
     holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
     listed += holders.size();
     if (listed > kMaxHolderEntries)
-      bad("cannot plan", fmt::format("the holdings of parameter {} overlap in more than {} ways: "
-                                     "give each rank one slice, or the whole tensor",
-                                     named(g.names), kMaxHolderEntries));
+      bad("cannot plan", fmt::format("the plan would list more than {} senders over its pieces "
+                                     "(at parameter {}): too many ranks slicing too finely",
+                                     kMaxHolderEntries, named(g.names)));
     if (holders.empty())
       bad("cannot plan", fmt::format("no trainer rank holds elements {}..{} of dim {} of "
                                      "parameter {} (needed by tensor-parallel rank {})",
@@ -183,6 +183,7 @@ Plan compute_plan(const Layout& layout) {
   plan.inference = layout.inference;
   const int tp = layout.inference.tensor_parallel, replicas = layout.inference.replicas;
   std::vector<uint64_t> load(static_cast<std::size_t>(layout.trainer_ranks), 0);
+  uint64_t listed = 0, pieces = 0;
   for (const ParamGroup& g : layout.groups) {
     check_tp_divides(g.names, g.shape, g.tp_dim, tp, "cannot plan");
     for (const Held& h : *g.holdings)
@@ -195,7 +196,12 @@ Plan compute_plan(const Layout& layout) {
     GroupPlan gp{g.names, g.dtype, g.shape, g.tp_dim, {}};
     const uint64_t count = g.names.size() * static_cast<uint64_t>(replicas);
     for (int t = 0; t < tp; ++t) {
-      for (Piece& p : pieces_of(g, tp, t)) {
+      auto cut = pieces_of(g, tp, t, listed);
+      pieces += cut.size();
+      if (pieces > kMaxPieces)
+        bad("cannot plan", fmt::format("the plan would have more than {} pieces (at parameter {})",
+                                       kMaxPieces, named(g.names)));
+      for (Piece& p : cut) {
         // The holders that send one more than the others start at the least loaded one.
         const std::size_t n = p.holders.size();
         if (count % n != 0) {
@@ -305,7 +311,11 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
   plan.inference.tensor_parallel = static_cast<int>(get_int(j, "tensor_parallel", what, 1, 1024));
   const int tp = plan.inference.tensor_parallel;
   if (!j.contains("groups") || !j.at("groups").is_array()) bad(what, "'groups' must be an array");
+  if (int64_t{plan.inference.replicas} * plan.inference.tensor_parallel > (1 << 16))
+    bad(what, "more than 65536 worker ranks");
   std::unordered_set<std::string> seen;
+  unsigned __int128 model = 0;
+  uint64_t pieces = 0;
   for (std::size_t gi = 0; gi < j.at("groups").size(); ++gi) {
     const auto& gj = j.at("groups")[gi];
     const std::string gw = fmt::format("{}, groups[{}]", what, gi);
@@ -327,9 +337,17 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
     if (!gj.contains("shape") || !gj.at("shape").is_array() || gj.at("shape").size() > 8)
       bad(gw, "'shape' must be an array of at most 8 integers");
     g.shape = get_ints(gj, "shape", gw, gj.at("shape").size(), 1, int64_t{1} << 40);
+    unsigned __int128 numel = 1;
+    for (int64_t d : g.shape) numel *= static_cast<uint64_t>(d);
+    if (numel > (uint64_t{1} << 50)) bad(gw, "the shape has more than 2^50 elements");
+    model += numel * element_size(g.dtype) * g.names.size();
+    if (model * static_cast<uint64_t>(plan.inference.worker_ranks()) > (uint64_t{1} << 62))
+      bad(what, "the model times the worker ranks is more than 2^62 bytes");
     g.tp_dim = static_cast<int>(get_int(gj, "tp_dim", gw, -1, 7));
     check_tp_divides(g.names, g.shape, g.tp_dim, tp, gw);
     if (!gj.contains("pieces") || !gj.at("pieces").is_array()) bad(gw, "'pieces' must be an array");
+    pieces += gj.at("pieces").size();
+    if (pieces > kMaxPieces) bad(what, fmt::format("more than {} pieces", kMaxPieces));
     for (std::size_t pi = 0; pi < gj.at("pieces").size(); ++pi) {
       const auto& pj = gj.at("pieces")[pi];
       const std::string pw = fmt::format("{}, pieces[{}]", gw, pi);
@@ -353,25 +371,53 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
                             named(g.names), p.tp_rank));
       g.pieces.push_back(std::move(p));
     }
-    // Exactly once: the pieces of each tp rank are disjoint and their volumes add up to the box.
+    // Exactly once, in O(P log P): the pieces of a tp rank are slices of its needed box along one
+    // dimension (as compute_plan cuts them), which laid end to end run from its start to its end.
+    std::vector<std::vector<const Piece*>> by_tp(static_cast<std::size_t>(tp));
+    for (const Piece& p : g.pieces) by_tp[static_cast<std::size_t>(p.tp_rank)].push_back(&p);
     for (int t = 0; t < tp; ++t) {
-      std::vector<const Piece*> of;
-      for (const Piece& p : g.pieces)
-        if (p.tp_rank == t) of.push_back(&p);
-      uint64_t covered = 0;
-      for (std::size_t a = 0; a < of.size(); ++a) {
-        covered += volume(of[a]->box);
-        for (std::size_t b = a + 1; b < of.size(); ++b)
-          if (!disjoint(of[a]->box, of[b]->box))
-            bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: "
-                                "pieces overlap",
-                                named(g.names), t));
+      const Box need = needed_box(g.shape, g.tp_dim, tp, t);
+      auto& of = by_tp[static_cast<std::size_t>(t)];
+      if (of.empty())
+        bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: no piece",
+                            named(g.names), t));
+      // The one dimension along which the pieces differ from the box (any, for a single piece).
+      int cut = -1;
+      for (const Piece* p : of)
+        for (std::size_t d = 0; d < need.lo.size(); ++d)
+          if (p->box.lo[d] != need.lo[d] || p->box.hi[d] != need.hi[d]) {
+            if (cut >= 0 && cut != static_cast<int>(d))
+              bad(gw, fmt::format("the pieces of parameter {} for tensor-parallel rank {} are not "
+                                  "slices along one dimension (dims {} and {} differ)",
+                                  named(g.names), t, cut, d));
+            cut = static_cast<int>(d);
+          }
+      if (cut < 0) {
+        if (of.size() > 1)
+          bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: pieces "
+                              "overlap",
+                              named(g.names), t));
+        continue;
       }
-      if (covered != volume(needed_box(g.shape, g.tp_dim, tp, t)))
-        bad(gw,
-            fmt::format("parameter {} is not covered for tensor-parallel rank {}: the "
-                        "pieces hold {} of its {} elements",
-                        named(g.names), t, covered, volume(needed_box(g.shape, g.tp_dim, tp, t))));
+      const auto d = static_cast<std::size_t>(cut);
+      std::sort(of.begin(), of.end(),
+                [d](const Piece* a, const Piece* b) { return a->box.lo[d] < b->box.lo[d]; });
+      int64_t at = need.lo[d];
+      for (const Piece* p : of) {
+        if (p->box.lo[d] < at)
+          bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: pieces "
+                              "overlap",
+                              named(g.names), t));
+        if (p->box.lo[d] > at)
+          bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: elements "
+                              "{}..{} of dim {} are in no piece",
+                              named(g.names), t, at, p->box.lo[d], d));
+        at = p->box.hi[d];
+      }
+      if (at != need.hi[d])
+        bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: elements "
+                            "{}..{} of dim {} are in no piece",
+                            named(g.names), t, at, need.hi[d], d));
     }
     plan.groups.push_back(std::move(g));
   }
@@ -407,16 +453,20 @@ void check_worker(const Plan& plan, int worker_rank, const std::vector<WorkerPar
       ++planned;
     }
   }
-  if (planned != held.size())
+  if (planned != params.size()) {
+    std::unordered_set<std::string_view> in_plan;
+    for (const GroupPlan& g : plan.groups)
+      for (const std::string& name : g.names) in_plan.insert(name);
+    std::unordered_set<std::string_view> seen_here;
     for (const WorkerParam& p : params) {
-      bool found = false;
-      for (const GroupPlan& g : plan.groups)
-        if (std::find(g.names.begin(), g.names.end(), p.name) != g.names.end()) found = true;
-      if (!found)
+      if (!seen_here.insert(p.name).second)
+        bad(what, fmt::format("this worker lists parameter '{}' twice", p.name));
+      if (!in_plan.count(p.name))
         bad(what, fmt::format("this worker holds parameter '{}', which no plan entry covers: "
                               "it would keep stale weights",
                               p.name));
     }
+  }
 }
 
 }  // namespace wt::m2n

@@ -1,8 +1,9 @@
 // The m2n plan: which trainer rank sends which piece of which parameter to which worker rank,
 // computed once from a Layout. Every element a worker rank needs is assigned to exactly one
-// trainer rank that holds it; where several hold it (replicated weights), the senders rotate so
-// that the bytes each trainer rank sends differ by at most one piece per group. Deterministic:
-// the same layout gives the same plan, byte for byte, on every rank.
+// trainer rank that holds it; where several hold it (replicated weights), the senders rotate over
+// the holders, so within a piece their counts differ by at most one, and the run of holders that
+// send one more starts at the least loaded (a heuristic across groups, not an optimum).
+// Deterministic: the same layout gives the same plan, byte for byte, on every rank.
 //
 // A piece is a box (per dimension [lo, hi)) of one parameter, the same for every member of its
 // group and every replica; its holders are the ranks that hold all of it. For member m of the
