@@ -29,7 +29,8 @@ for k in "${kinds[@]}"; do
   echo "== $k: ctest"
   # The standalone-install test rebuilds a plugin without sanitizers, and a sanitizer's allocator
   # keeps freed memory in quarantine, so the soak's RSS check says nothing here either. The Python
-  # tests load the extension into an interpreter built without the sanitizer runtime.
-  if ! (cd "$dir" && ctest --output-on-failure -j "$jobs" -LE 'install|soak|python'); then status=1; fi
+  # tests load the extension into an interpreter built without the sanitizer runtime, and the two-host
+  # test times a 1 GB sync against deadlines that a sanitized build cannot keep.
+  if ! (cd "$dir" && ctest --output-on-failure -j "$jobs" -LE 'install|soak|python|cluster'); then status=1; fi
 done
 exit $status

@@ -123,6 +123,10 @@ void FanOutClient::end_weight_update(std::string_view reason) {
   on_all(replicas_, [&](std::size_t i) { replicas_[i].client->end_weight_update(reason); });
 }
 
+void FanOutClient::abandon_calls() {
+  for (auto& r : replicas_) r.client->abandon_calls();
+}
+
 void FanOutClient::abort_calls() {
   for (auto& r : replicas_) r.client->abort_calls();
 }

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
+
 namespace wt {
 namespace {
 
@@ -62,8 +64,8 @@ HttpClient::HttpClient(std::string base_url, Options options)
 HttpClient::~HttpClient() = default;
 
 nlohmann::json HttpClient::post(const std::string& path, const std::string* body, bool* not_found,
-                                bool abortable) {
-  auto t = options_.timeout;
+                                bool abortable, std::chrono::milliseconds deadline) {
+  auto t = deadline.count() > 0 ? std::min(deadline, options_.timeout) : options_.timeout;
   auto make = [&] {
     auto c = std::make_unique<httplib::Client>(base_);
     c->set_keep_alive(true);
@@ -84,10 +86,13 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
       idle_.pop_back();
     }
     if (!conn) conn = make();
-    if (abortable) in_flight_.insert(conn.get());
+    (abortable ? in_flight_ : ending_).insert(conn.get());
     aborts_before = aborts_;
   }
   auto& cli = *conn;
+  // A kept-alive connection keeps the deadlines it was made with: this call's are set anew.
+  cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  cli.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
   httplib::Headers headers;
   if (!options_.bearer_token.empty())
     headers.emplace("Authorization", "Bearer " + options_.bearer_token);
@@ -99,6 +104,7 @@ nlohmann::json HttpClient::post(const std::string& path, const std::string* body
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_.erase(conn.get());
+    ending_.erase(conn.get());
     // An answer that arrived stands (a finish the server committed is not reported as aborted);
     // only a call that got none was interrupted.
     aborted = abortable && !res && aborts_ != aborts_before;
@@ -156,11 +162,16 @@ void HttpClient::finish_weight_update(const std::optional<std::string>& weight_v
   }
 }
 
+// Ending a failed round is a courtesy to a receiver that is still there, and it answers at once
+// (it aborts its engine); one the round lost (a cut link, a dead host) must not hold up the
+// trainer's report for the whole control-plane deadline.
+constexpr std::chrono::milliseconds kEndDeadline{3000};
+
 void HttpClient::end_weight_update(std::string_view reason) {
   if (!no_end_route_) {
     std::string body = nlohmann::json{{"reason", std::string(reason)}}.dump();
     bool not_found = false;
-    post("/end_weight_update", &body, &not_found, /*abortable=*/false);
+    post("/end_weight_update", &body, &not_found, /*abortable=*/false, kEndDeadline);
     if (!not_found) return;
     no_end_route_ = true;  // a stock vLLM server: end sessions the old way from now on
   }
@@ -168,7 +179,7 @@ void HttpClient::end_weight_update(std::string_view reason) {
   std::string body =
       nlohmann::json{{"update_info", {{"wt_end_weight_update", std::string(reason)}}}}.dump();
   try {
-    post("/update_weights", &body, nullptr, /*abortable=*/false);
+    post("/update_weights", &body, nullptr, /*abortable=*/false, kEndDeadline);
   } catch (const Error&) {
   }
 }
@@ -177,6 +188,12 @@ void HttpClient::abort_calls() {
   std::lock_guard<std::mutex> lock(mu_);
   ++aborts_;
   for (auto* c : in_flight_) c->stop();
+}
+
+void HttpClient::abandon_calls() {
+  abort_calls();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto* c : ending_) c->stop();
 }
 
 nlohmann::json HttpClient::get(const std::string& path) {

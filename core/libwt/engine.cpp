@@ -178,6 +178,10 @@ TrainerEngine::TrainerEngine(std::shared_ptr<const Plugin> plugin, Client& clien
     : plugin_(std::move(plugin)), client_(client) {}
 
 TrainerEngine::~TrainerEngine() {
+  // Calls a failed round left blocked (an update to a receiver behind a cut link) end now: the
+  // engine joins their threads as it goes, and nothing waits for them any more. (Only then: an
+  // engine whose rounds all succeeded leaves no call behind, and its client may be gone already.)
+  if (failed_round_) client_.abandon_calls();
   if (engine_ != nullptr) plugin_->table().destroy_trainer(engine_);
 }
 
@@ -205,6 +209,7 @@ void TrainerEngine::send_weights(const SendOptions& options) {
   args.stream = options.stream;
   const auto& t = plugin_->table();
   wt_status s = t.send_weights(engine_, args);
+  if (s != WT_OK) failed_round_ = true;
   if (s != WT_OK)
     throw Error(s, fmt::format("{} send_weights failed: {}", plugin_->backend(),
                                reason(t.trainer_last_error(engine_))));

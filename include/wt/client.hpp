@@ -29,6 +29,10 @@ class Client {
   // Makes calls blocked in this client return (WT_ERR_ABORTED), for an engine being aborted.
   // Default: nothing to interrupt.
   virtual void abort_calls() {}
+  // The same for every call in flight, the ones that end a failed round too: for an engine being
+  // destroyed, whose threads must not wait out a deadline on a receiver that is gone. Default:
+  // abort_calls().
+  virtual void abandon_calls() { abort_calls(); }
 
   // The C view handed to plugins; valid as long as this object.
   const wt_client* c_client();

@@ -63,6 +63,7 @@ class TrainerEngine {
   Client& client_;
   std::unique_ptr<CheckedSource> source_;
   wt_trainer* engine_ = nullptr;
+  bool failed_round_ = false;  // a round failed: its calls may still be blocked
 };
 
 // The factory: dispatches on info.backend(), loading the plugin on first use. `source` is

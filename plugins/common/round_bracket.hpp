@@ -3,7 +3,8 @@
 // the RPC is watched: when it fails (the receiver refused the update, or died and its connection
 // closed) the transfer is stopped at once, and the RPC's error, which names the receiver, is what
 // the round reports, not what the transfer then says about a peer that left. A failed round ends
-// the update on the inference side, so it keeps its weights and accepts the next start.
+// the update on the inference side, so it keeps its weights and accepts the next start (waiting
+// a second at most for that: a receiver the round lost does not delay the report).
 //
 //   RoundBracket round(client_, aborted_, parked_, [this] { abort_group(); });
 //   round.run(update_text, [&](RoundBracket::Round& r) {
@@ -96,7 +97,14 @@ class RoundBracket {
       }
       parked_.push_back(std::move(rpc));  // never joined here: it may be blocked for good
       on_failure(round.started());
-      client_.end_weight_update(sdk::message_of(error));
+      // The inference side is told the round is over. One that is there answers at once; one the
+      // round lost (a cut link, a stopped host) must not hold the report back for the control
+      // plane's deadline: the call goes on beside it, parked, and is interrupted when the engine
+      // goes.
+      auto end = std::make_unique<AsyncRpc>(
+          [this, reason = sdk::message_of(error)] { client_.end_weight_update(reason); });
+      end->finished_within(std::chrono::seconds(1));
+      parked_.push_back(std::move(end));
       std::rethrow_exception(error);
     }
     {

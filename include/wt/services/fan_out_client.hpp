@@ -38,6 +38,7 @@ class FanOutClient final : public Client {
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
   void end_weight_update(std::string_view reason) override;
   void abort_calls() override;
+  void abandon_calls() override;
 
  private:
   std::vector<Replica> replicas_;

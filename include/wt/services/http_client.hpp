@@ -53,6 +53,7 @@ class HttpClient : public Client {
   // update (the route, or its fallback) is not interrupted: it is how an aborted round is cleaned
   // up, and it has its own deadline.
   void abort_calls() override;
+  void abandon_calls() override;
 
   // GET /get_world_size: the inference workers behind this URL (vLLM's route), checked to be an
   // integer in 1..65536 (read wide: 2^32 + 1 is refused, not narrowed to 1); WT_ERR_REMOTE naming
@@ -67,15 +68,17 @@ class HttpClient : public Client {
 
  private:
   // With not_found given, an HTTP 404 sets it instead of throwing. An abortable call is
-  // interrupted by abort_calls().
+  // interrupted by abort_calls(). `deadline` (> 0) shortens Options::timeout for this call.
   nlohmann::json post(const std::string& path, const std::string* body, bool* not_found = nullptr,
-                      bool abortable = true);
+                      bool abortable = true,
+                      std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
   std::string base_;
   Options options_;
   // Kept-alive connections not in use; a call takes one (or opens one) and puts it back.
   std::mutex mu_;
   std::vector<std::unique_ptr<httplib::Client>> idle_;
   std::set<httplib::Client*> in_flight_;  // for abort_calls()
+  std::set<httplib::Client*> ending_;     // the calls abort_calls() leaves, for abandon_calls()
   uint64_t aborts_ = 0;                   // abort_calls() so far, guarded by mu_
   std::atomic<bool> no_end_route_{false};
 };
