@@ -1,6 +1,7 @@
 #include "staging_arena.hpp"
 
 #include <wt/error.hpp>
+#include <wt/sdk/prefault.hpp>
 
 #include <fmt/format.h>
 
@@ -13,11 +14,6 @@
 #include <cstdint>
 #include <cstring>
 #include <system_error>
-#include <vector>
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14
-#endif
 
 namespace wt::detail {
 
@@ -92,31 +88,9 @@ double StagingArena::prepare(std::size_t nbytes, unsigned threads, bool wait, in
     from = current_->base + offset;
     size = exact;
   }
-  auto populate = [from, size, threads = std::max(threads, 1u)]() -> int {
-    // Slices of multiples of 2 MiB, one per thread (the last on the caller's).
-    const std::size_t slice = round_up((size + threads - 1) / threads, kHuge);
-    std::vector<std::thread> pool;
-    std::vector<int> failed(threads, 0);  // errno per slice
-    for (unsigned k = 0; k < threads; ++k) {
-      const std::size_t lo = std::min(size, slice * k), hi = std::min(size, slice * (k + 1));
-      if (lo >= hi) break;
-      auto run = [&, k, lo, hi] {
-        if (madvise(from + lo, hi - lo, MADV_POPULATE_WRITE) != 0) failed[k] = errno;
-      };
-      bool started = false;
-      if (k + 1 < threads && hi < size) {
-        try {
-          pool.emplace_back(run);
-          started = true;
-        } catch (const std::system_error&) {  // no thread to be had: this one does the slice
-        }
-      }
-      if (!started) run();
-    }
-    for (auto& t : pool) t.join();
-    for (int e : failed)
-      if (e != 0) return e;
-    return 0;
+  // Slices of whole huge pages, each on its own thread.
+  auto populate = [from, size, threads] {
+    return wt::populate(from, size, kMadvPopulateWrite, threads, kHuge);
   };
   if (!wait) {
     try {

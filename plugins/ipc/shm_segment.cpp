@@ -1,6 +1,7 @@
 #include "shm_segment.hpp"
 
 #include <wt/sdk/errors.hpp>
+#include <wt/sdk/prefault.hpp>
 #include <wt/sdk/shm_segments.hpp>
 
 #include <fcntl.h>
@@ -8,14 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <system_error>
-#include <thread>
-#include <vector>
 
 namespace wt::ipc {
 namespace {
@@ -27,35 +23,8 @@ std::string errno_text() {
 }  // namespace
 
 bool ShmSegment::prefault(unsigned threads) const {
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22, MADV_POPULATE_WRITE = 23;  // Linux 5.14
-#endif
-  if (addr_ == nullptr || size_ == 0) return true;
-  const int advice = owner_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
-  threads = std::max(1u, std::min(threads, 64u));
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  const std::size_t slice = std::max(page, (size_ / threads + page - 1) / page * page);
-  std::vector<std::thread> pool;
-  std::atomic<bool> ok{true};
-  for (unsigned k = 0; k < threads; ++k) {
-    const std::size_t lo = std::min(size_, slice * k);
-    const std::size_t hi = k + 1 == threads ? size_ : std::min(size_, slice * (k + 1));
-    if (lo >= hi) break;
-    auto run = [this, lo, hi, advice, &ok] {
-      if (madvise(data() + lo, hi - lo, advice) != 0) ok = false;
-    };
-    bool started = false;
-    if (hi < size_) {
-      try {
-        pool.emplace_back(run);
-        started = true;
-      } catch (const std::system_error&) {  // no thread to be had: this one does the slice
-      }
-    }
-    if (!started) run();
-  }
-  for (auto& t : pool) t.join();
-  return ok;
+  if (addr_ == nullptr) return true;
+  return populate(addr_, size_, owner_ ? kMadvPopulateWrite : kMadvPopulateRead, threads) == 0;
 }
 
 ShmSegment ShmSegment::create(std::size_t size) {
