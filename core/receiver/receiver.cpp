@@ -56,10 +56,8 @@ Receiver::Receiver(Options options)
     throw Error(WT_ERR_INVALID_ARGUMENT,
                 "a receiver on a device needs Options::device_staging to bring tensors to host");
   if (options_.expect_model_bytes > 0) {
-    // Two rounds' worth, plus room for each tensor's alignment.
-    const uint64_t bytes = options_.expect_model_bytes;
-    prepare_staging(bytes > UINT64_MAX / 2 ? bytes : 2 * bytes + (bytes >> 10), true,
-                    "for the model expected");
+    const uint64_t bytes = options_.expect_model_bytes;  // two rounds' worth
+    prepare_staging(bytes > UINT64_MAX / 2 ? bytes : 2 * bytes, true, "for the model expected");
     next_round_prepared_ = true;
   }
 }
@@ -79,8 +77,15 @@ uint64_t available_memory() {
 
 }  // namespace
 
+uint64_t Receiver::committed_bytes_locked() const {
+  uint64_t bytes = 0;
+  for (const auto& [name, t] : committed_) bytes += t.nbytes;
+  return bytes;
+}
+
 void Receiver::prepare_staging(uint64_t bytes, bool wait, const char* why) noexcept {
   if (options_.device_staging) return;  // pinned memory from the device staging instead
+  bytes += bytes >> 10;                 // room for each tensor's alignment
   try {
     // A delta backend's rounds patch the committed tensors: they stage no copy to prepare for.
     if (Registry::instance().get(options_.backend)->capabilities() & WT_CAP_SPARSE) return;
@@ -394,10 +399,10 @@ void Receiver::load_base(WeightSource& source) {
     std::lock_guard<std::mutex> state(state_mu_);
     while (!staged_.empty()) move_node(staged_.extract(staged_.begin()), committed_);
     version_ = "base";
-    for (const auto& [name, t] : committed_) bytes += t.nbytes;
+    bytes = committed_bytes_locked();
   }
   // The first round stages a copy of the model beside the base: its memory, ready before it.
-  if (!next_round_prepared_) prepare_staging(bytes + (bytes >> 10), true, "for the first round");
+  if (!next_round_prepared_) prepare_staging(bytes, true, "for the first round");
   next_round_prepared_ = true;
 }
 
@@ -567,9 +572,7 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
   // The model's first commit: the next round stages a second copy, in memory nobody has touched
   // yet. It is faulted in now, in the background, while the trainer trains.
   if (!next_round_prepared_ && spare_.empty()) {
-    uint64_t bytes = 0;
-    for (const auto& [name, t] : committed_) bytes += t.nbytes;
-    prepare_staging(bytes + (bytes >> 10), false, "for the next round");
+    prepare_staging(committed_bytes_locked(), false, "for the next round");
     next_round_prepared_ = true;
   }
 }
@@ -648,9 +651,7 @@ std::optional<Receiver::TensorCopy> Receiver::copy_of(const std::string& name) c
 
 uint64_t Receiver::committed_bytes() const {
   std::lock_guard<std::mutex> l(state_mu_);
-  uint64_t n = 0;
-  for (const auto& [name, t] : committed_) n += t.nbytes;
-  return n;
+  return committed_bytes_locked();
 }
 
 uint64_t Receiver::rounds_finished() const {

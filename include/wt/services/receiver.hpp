@@ -177,6 +177,7 @@ class Receiver {
   std::optional<std::string> version_;
   uint64_t rounds_ = 0;
   bool next_round_prepared_ = false;  // the staging memory of the round after the model's first
+  uint64_t committed_bytes_locked() const;  // state_mu_ held
   // Faults in staging memory for `bytes` more, waiting or not; logs what it did.
   void prepare_staging(uint64_t bytes, bool wait, const char* why) noexcept;
 };

@@ -1,5 +1,7 @@
 #include "m2n_layout.hpp"
 
+#include "m2n_fields.hpp"
+
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
 
@@ -41,17 +43,12 @@ constexpr std::size_t kMaxParams = std::size_t{1} << 22;
 constexpr int kMaxDims = 8;
 
 [[noreturn]] void bad(const std::string& what, const std::string& why) {
-  sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: {}", what, why);
+  detail::refuse("invalid " + what, why);
 }
 
 int64_t int_field(const nlohmann::json& o, const char* key, const std::string& what, int64_t lo,
                   int64_t hi) {
-  if (!o.contains(key)) bad(what, fmt::format("'{}' is missing", key));
-  const auto& v = o.at(key);
-  if (!v.is_number_integer()) bad(what, fmt::format("'{}' must be an integer", key));
-  const int64_t n = v.get<int64_t>();
-  if (n < lo || n > hi) bad(what, fmt::format("'{}' must be in {}..{}, got {}", key, lo, hi, n));
-  return n;
+  return detail::int_in(o, key, "invalid " + what, lo, hi);
 }
 
 const nlohmann::json& object_field(const nlohmann::json& o, const char* key,

@@ -1,5 +1,7 @@
 #include "m2n_plan.hpp"
 
+#include "m2n_fields.hpp"
+
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
 
@@ -17,7 +19,7 @@ namespace wt::m2n {
 namespace {
 
 [[noreturn]] void bad(const std::string& what, const std::string& why) {
-  sdk::fail(WT_ERR_INVALID_ARGUMENT, "{}: {}", what, why);
+  detail::refuse(what, why);
 }
 
 // What one plan may hold: pieces, and holder entries over all of them (memory, and the size of the
@@ -279,11 +281,7 @@ namespace {
 
 int64_t get_int(const nlohmann::json& o, const char* key, const std::string& what, int64_t lo,
                 int64_t hi) {
-  if (!o.is_object() || !o.contains(key) || !o.at(key).is_number_integer())
-    bad(what, fmt::format("'{}' must be an integer", key));
-  const int64_t v = o.at(key).get<int64_t>();
-  if (v < lo || v > hi) bad(what, fmt::format("'{}' must be in {}..{}, got {}", key, lo, hi, v));
-  return v;
+  return detail::int_in(o, key, what, lo, hi);
 }
 
 std::vector<int64_t> get_ints(const nlohmann::json& o, const char* key, const std::string& what,
