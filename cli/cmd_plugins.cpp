@@ -25,6 +25,7 @@ std::string caps_text(uint64_t caps) {
   if (caps & WT_CAP_PACKED) out.push_back("packed");
   if (caps & WT_CAP_SPARSE) out.push_back("sparse");
   if (caps & WT_CAP_STREAMING_SOURCE) out.push_back("streaming-source");
+  if (caps & WT_CAP_SHARDED_SOURCE) out.push_back("sharded-source");
   std::string s;
   for (auto& c : out) s += (s.empty() ? "" : ",") + c;
   return s.empty() ? "-" : s;

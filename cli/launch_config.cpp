@@ -182,6 +182,16 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
       g.finish();
       c.generate = G;
     }
+    if (s.has("shard")) {
+      Section sh(s.get("shard"), path, "source.shard");
+      if (sh.string("rank_of") != "trainer")
+        sh.fail(sh.has("rank_of") ? sh.get("rank_of") : sh.node(),
+                "'source.shard.rank_of' must be 'trainer' (the trainer ranks split each tensor)");
+      c.shard_dim = sh.scalar<int>("dim", "an integer", 0);
+      if (*c.shard_dim < 0 || *c.shard_dim > 7)
+        sh.fail(sh.get("dim"), "'source.shard.dim' must be a dimension, 0..7");
+      sh.finish();
+    }
     s.finish();
   }
   if (top.has("receiver")) {

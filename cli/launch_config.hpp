@@ -35,6 +35,8 @@ struct LaunchConfig {
     std::string dir;  // default: the cache directory
   };
   std::optional<Generate> generate;
+  // source.shard: {rank_of: trainer, dim: D}: each trainer rank sends only its slice.
+  std::optional<int> shard_dim;
 
   // Receivers: `receiver_count` embedded `wt serve`s, or the deployments at receiver_urls. Every
   // control-plane call goes to all of them (wt::FanOutClient).

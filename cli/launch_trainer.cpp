@@ -2,6 +2,10 @@
 
 #include "device_option.hpp"
 #include "device_source.hpp"
+#include "sharded_source.hpp"
+
+#include "box_copy.hpp"
+#include "m2n_plan.hpp"
 #include "training_step.hpp"
 
 #include <wt/delta.hpp>
@@ -67,6 +71,44 @@ class ProgressSource : public WeightSource {
   Clock::time_point last_{};
 };
 
+// What a receiver standing for tensor-parallel rank k % T holds under m2n's `tensor_parallel` and
+// `tp_rules` (each embedded receiver is one worker rank): the slice the plan sends it.
+class TensorParallelSlices {
+ public:
+  explicit TensorParallelSlices(const LaunchConfig& cfg) {
+    const auto& ii = cfg.init_info;
+    if (cfg.backend != "m2n" || !ii.contains("tensor_parallel")) return;
+    tp_ = ii.at("tensor_parallel").get<int>();
+    if (ii.contains("tp_rules"))
+      for (const auto& r : ii.at("tp_rules"))
+        rules_.emplace_back(r.at("match").get<std::string>(), r.at("dim").get<int>());
+  }
+  int dim_of(const ParamMeta& m) const {
+    for (const auto& [match, dim] : rules_)
+      if (m2n::glob_match(match, m.name)) return dim;
+    return -1;
+  }
+  bool splits(const ParamMeta& m, int) const { return tp_ > 1 && dim_of(m) >= 0; }
+  std::string checksum(const ParamMeta& m, std::span<const unsigned char> full, int k) const {
+    const auto box = m2n::needed_box(m.shape, dim_of(m), tp_, k % tp_);
+    std::vector<int64_t> extent(m.shape.size());
+    for (std::size_t d = 0; d < extent.size(); ++d) extent[d] = box.hi[d] - box.lo[d];
+    const std::size_t elem = (static_cast<std::size_t>(m.dtype.bits) * m.dtype.lanes + 7) / 8;
+    const auto strides = m2n::compact_strides(m.shape);
+    uint64_t n = elem;
+    for (auto e : extent) n *= static_cast<uint64_t>(e);
+    std::vector<unsigned char> slice(n);
+    m2n::copy_box(slice.data(), m2n::compact_strides(extent),
+                  full.data() + static_cast<std::size_t>(m2n::box_offset(strides, box.lo)) * elem,
+                  strides, extent, elem);
+    return checksum_bytes(slice.data(), slice.size());
+  }
+
+ private:
+  int tp_ = 1;
+  std::vector<std::pair<std::string, int>> rules_;
+};
+
 }  // namespace
 
 int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
@@ -102,6 +144,11 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
           std::chrono::milliseconds(static_cast<int64_t>(cfg.group_timeout_s * 1000)));
     // A backend told to move CUDA memory (init_info.device: cuda:N) gets the checkpoint there.
     WeightSource* send_from = &source;
+    std::unique_ptr<WeightSource> sharded;
+    if (cfg.shard_dim)
+      send_from = (sharded = std::make_unique<ShardedSource>(source, args.rank, cfg.trainer_ranks,
+                                                             *cfg.shard_dim))
+                      .get();
     std::unique_ptr<WeightSource> device_source;
     if (auto d = cfg.init_info.find("device");
         d != cfg.init_info.end() && d->is_string() && d->get<std::string>() != "cpu")
@@ -155,11 +202,17 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
           expected.push_back(checksum_bytes(b.data(), b.size()));
         }
         std::vector<std::string> mismatched;
+        const TensorParallelSlices tp(cfg);
         for (std::size_t k = 0; k < receivers.size(); ++k) {
           auto remote = receivers[k]->weight_checksums();
           for (std::size_t i = 0; i < checkpoint.size(); ++i) {
             auto it = remote.find(meta[i].name);
-            if (it == remote.end() || it->second != expected[i])
+            // A receiver standing for a TP rank holds its slice (m2n's tensor_parallel).
+            const std::string want =
+                tp.splits(meta[i], static_cast<int>(k))
+                    ? tp.checksum(meta[i], checkpoint.bytes(i), static_cast<int>(k))
+                    : expected[i];
+            if (it == remote.end() || it->second != want)
               mismatched.push_back(receivers.size() == 1
                                        ? meta[i].name
                                        : fmt::format("receiver {}: {}", k + 1, meta[i].name));

@@ -109,7 +109,12 @@ WT_PIN(wt_param_meta, name, 8);
 WT_PIN(wt_param_meta, dtype, 16);
 WT_PIN(wt_param_meta, ndim, 20);
 WT_PIN(wt_param_meta, shape, 24);
-static_assert(sizeof(wt_param_meta) == 32);
+// grown in wt 0.4 (the shard tail): ABI 2 plugins and hosts of wt 0.2-0.3 hand 32-byte elements
+WT_PIN(wt_param_meta, sharded, 32);
+WT_PIN(wt_param_meta, shard_dim, 36);
+WT_PIN(wt_param_meta, shard_offset, 40);
+WT_PIN(wt_param_meta, shard_length, 48);
+static_assert(sizeof(wt_param_meta) == 56);
 
 WT_PIN(wt_sparse_patch, name, 8);
 WT_PIN(wt_sparse_patch, indices, 16);

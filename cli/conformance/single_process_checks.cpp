@@ -251,7 +251,8 @@ void check_load(Context& ctx, std::string& detail, Reporter& reporter) {
                            {WT_CAP_CUDA_MEMORY, "cuda"},
                            {WT_CAP_SPARSE, "sparse"},
                            {WT_CAP_PACKED, "packed"},
-                           {WT_CAP_STREAMING_SOURCE, "streaming-source"}})
+                           {WT_CAP_STREAMING_SOURCE, "streaming-source"},
+                           {WT_CAP_SHARDED_SOURCE, "sharded-source"}})
     if (c & bit) caps.emplace_back(name);
   reporter.plugin({{"backend", ctx.backend},
                    {"plugin_version", plugin->version()},
@@ -328,7 +329,8 @@ void check_names(Context& ctx, std::string& detail) {
 void check_capabilities(Context& ctx, std::string& detail) {
   const uint64_t c = ctx.plugin->capabilities();
   const uint64_t known = WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY | WT_CAP_CUDA_MEMORY |
-                         WT_CAP_SPARSE | WT_CAP_PACKED | WT_CAP_STREAMING_SOURCE;
+                         WT_CAP_SPARSE | WT_CAP_PACKED | WT_CAP_STREAMING_SOURCE |
+                         WT_CAP_SHARDED_SOURCE;
   if (c & ~known) fail("declares bits {:#x} that ABI {} does not define", c & ~known, ctx.abi);
   if (!(c & (WT_CAP_TRAINER | WT_CAP_WORKER)))
     fail("declares neither WT_CAP_TRAINER nor WT_CAP_WORKER: nothing can use it");

@@ -74,7 +74,11 @@ const wt_weight_source* WeightSource::c_source() {
                             meta[i].name.c_str(),
                             meta[i].dtype,
                             static_cast<int32_t>(meta[i].shape.size()),
-                            meta[i].shape.data()};
+                            meta[i].shape.data(),
+                            meta[i].sharded() ? 1 : 0,
+                            meta[i].sharded() ? meta[i].shard_dim : 0,
+                            meta[i].sharded() ? meta[i].shard_offset : 0,
+                            meta[i].sharded() ? meta[i].shard_length : 0};
       *params = self->c_meta_.data();
       *count = self->c_meta_.size();
     });

@@ -71,6 +71,37 @@ T element(const T* array, std::size_t i, std::size_t min_size, const char* what)
 
 }  // namespace
 
+namespace {
+
+// What a sharded source declares must describe a slice of the shape, and go only to a plugin that
+// moves slices (WT_CAP_SHARDED_SOURCE): any other would send a slice as if it were the tensor.
+void check_shards(const Plugin& plugin, const std::vector<ParamMeta>& meta) {
+  for (const auto& m : meta) {
+    if (!m.sharded()) continue;
+    if (!(plugin.capabilities() & WT_CAP_SHARDED_SOURCE) || plugin.abi_version() < 2)
+      refuse(plugin, fmt::format("does not take sharded sources (no WT_CAP_SHARDED_SOURCE), but "
+                                 "the weight source holds only a slice of '{}'; gather the full "
+                                 "tensors first, or use a backend that moves shards (m2n)",
+                                 m.name));
+    const auto ndim = static_cast<int>(m.shape.size());
+    if (m.shard_dim >= ndim)
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("the weight source shards '{}' along dimension {}, but it has {} "
+                              "dimension(s)",
+                              m.name, m.shard_dim, ndim));
+    const int64_t size = m.shape[static_cast<std::size_t>(m.shard_dim)];
+    if (m.shard_offset < 0 || m.shard_length < 0 || m.shard_offset > size ||
+        m.shard_length > size - m.shard_offset)
+      throw Error(
+          WT_ERR_INVALID_ARGUMENT,
+          fmt::format("the weight source's slice of '{}' ([{}, {}) along dimension {}) "
+                      "is not inside its size {} there",
+                      m.name, m.shard_offset, m.shard_offset + m.shard_length, m.shard_dim, size));
+  }
+}
+
+}  // namespace
+
 // The weight source as the plugin sees it: the host's own C view, with each tensor checked against
 // the plugin's memory capabilities as it is iterated.
 // The weight source as plugins see it. Besides the memory kinds, the host checks that every pass
@@ -90,10 +121,15 @@ struct TrainerEngine::CheckedSource {
     declared.clear();
     for (std::size_t i = 0; i < count; ++i) {
       const auto* m = WT_ELEMENT(wt_param_meta, params, i);
-      declared.push_back({m->name ? m->name : "", m->dtype,
-                          m->ndim > 0 && m->shape
-                              ? std::vector<int64_t>(m->shape, m->shape + m->ndim)
-                              : std::vector<int64_t>{}});
+      ParamMeta& d = declared.emplace_back(
+          ParamMeta{m->name ? m->name : "", m->dtype,
+                    m->ndim > 0 && m->shape ? std::vector<int64_t>(m->shape, m->shape + m->ndim)
+                                            : std::vector<int64_t>{}});
+      if (m->struct_size >= offsetof(wt_param_meta, shard_length) + sizeof(int64_t) && m->sharded) {
+        d.shard_dim = m->shard_dim;
+        d.shard_offset = m->shard_offset;
+        d.shard_length = m->shard_length;
+      }
     }
     fresh = true;
   }
@@ -107,10 +143,12 @@ struct TrainerEngine::CheckedSource {
                               declared.size(), index, name));
     const ParamMeta& want = declared[index];
     const DLTensor& t = out.tensor;
+    // A sharded parameter arrives as this rank's slice.
+    const std::vector<int64_t> want_shape = want.local_shape();
     const bool shape_ok =
-        t.ndim == static_cast<int32_t>(want.shape.size()) &&
+        t.ndim == static_cast<int32_t>(want_shape.size()) &&
         (t.ndim == 0 ||
-         (t.shape != nullptr && std::equal(want.shape.begin(), want.shape.end(), t.shape)));
+         (t.shape != nullptr && std::equal(want_shape.begin(), want_shape.end(), t.shape)));
     if (name != want.name || !(t.dtype == want.dtype) || !shape_ok) {
       std::vector<int64_t> got;
       if (t.ndim > 0 && t.shape != nullptr) got.assign(t.shape, t.shape + t.ndim);
@@ -118,7 +156,7 @@ struct TrainerEngine::CheckedSource {
                   fmt::format("the weight source's item {} is '{}' ({} [{}]) but its metadata "
                               "declares '{}' ({} [{}]) there",
                               index, name, torch_name(t.dtype), fmt::join(got, ", "), want.name,
-                              torch_name(want.dtype), fmt::join(want.shape, ", ")));
+                              torch_name(want.dtype), fmt::join(want_shape, ", ")));
     }
     ++index;
   }
@@ -237,6 +275,7 @@ std::unique_ptr<TrainerEngine> trainer_init(const InitInfo& info, Client& client
         fmt::format("backend '{}' is a full-resync backend: it requires a weight source, and "
                     "trainer_init got none",
                     plugin->backend()));
+  if (source != nullptr) check_shards(*plugin, source->metadata());
   auto engine = std::make_unique<TrainerEngine>(plugin, client);
   // A source that frees each tensor as the engine moves on does so only for a plugin that said
   // it reads each tensor before asking for the next (a bit ABI 1 does not define).

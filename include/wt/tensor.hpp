@@ -15,7 +15,20 @@ namespace wt {
 struct ParamMeta {
   std::string name;
   DLDataType dtype{};
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // the full shape
+  // What this trainer rank holds (a sharded source, WT_CAP_SHARDED_SOURCE): the slice
+  // [shard_offset, shard_offset + shard_length) along shard_dim; -1: the whole tensor.
+  int shard_dim = -1;
+  int64_t shard_offset = 0;
+  int64_t shard_length = 0;
+
+  bool sharded() const { return shard_dim >= 0; }
+  // The shape of what this rank holds: the full shape, or the slice's.
+  std::vector<int64_t> local_shape() const {
+    auto s = shape;
+    if (sharded()) s[static_cast<std::size_t>(shard_dim)] = shard_length;
+    return s;
+  }
 };
 
 }  // namespace wt

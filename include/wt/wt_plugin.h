@@ -133,6 +133,10 @@ typedef int32_t wt_status;
  * (or copied, any asynchronous copy completed) each tensor from next() before it calls next()
  * again or end(). A host gives such a source only to a plugin declaring this bit. */
 #define WT_CAP_STREAMING_SOURCE (1ull << 6)
+/* since wt 0.4 (ABI 2): the trainer takes sources whose ranks each hold a slice of a parameter
+ * (wt_param_meta.sharded, below) and moves each rank's share itself (m2n). A host refuses a
+ * sharded source to a plugin without this bit, naming the parameter. */
+#define WT_CAP_SHARDED_SOURCE (1ull << 7)
 
 /* ------------------------------------------------------------------------------------------------
  * Log levels, for wt_host_api.log.
@@ -178,6 +182,18 @@ typedef struct wt_param_meta {
   DLDataType dtype;
   int32_t ndim;
   const int64_t* shape; /* ndim entries; ndim == 0 is a scalar */
+  /* ---- since wt 0.4 (ABI 2; read them only when struct_size covers shard_length) ----
+   * What this trainer rank holds of the parameter, in a source's metadata. A zero-filled tail
+   * (or one struct_size leaves out) means the whole tensor. sharded == 1: this rank holds the
+   * slice [shard_offset, shard_offset + shard_length) along dimension shard_dim, as FSDP or TP
+   * ranks do; `shape` stays the FULL shape, and next() yields the slice (shape with
+   * shape[shard_dim] = shard_length; shard_length 0: the rank holds none of it). A host hands a
+   * source with a sharded parameter only to a plugin declaring WT_CAP_SHARDED_SOURCE, and checks
+   * dim, offset and length against the shape first. Destination queries leave the tail zero. */
+  int32_t sharded;
+  int32_t shard_dim;
+  int64_t shard_offset;
+  int64_t shard_length;
 } wt_param_meta;
 
 /* One delta patch: values to write at flat indices of a full parameter. Growable since ABI 2. */

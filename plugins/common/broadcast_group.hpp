@@ -59,8 +59,6 @@ class BroadcastGroup final : public Communicator {
   static constexpr std::size_t kFrameBytes = 16;
 
  private:
-  void authenticate_pairs(const class SessionSecret& secret,
-                          std::chrono::steady_clock::time_point until);
   void run(void* data, std::size_t bytes, int root, const std::string& what);
   Options options_;
   std::shared_ptr<gloo::rendezvous::Context> context_;

@@ -105,6 +105,13 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_buffer_size_bytes must be > 0", what);
   if (w.num_buffers < 1 || w.num_buffers > 64)
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_num_buffers must be in 1..64", what);
+  read_worker_deadlines(context, backend, w.options);
+  w.options.rank = static_cast<int>(rank_offset);
+  return w;
+}
+
+void read_worker_deadlines(const sdk::WorkerContext& context, const std::string& backend,
+                           CommunicatorOptions& options) {
   sdk::FieldReader b(context.backend_options,
                      "backend options for backend '" + backend + "' (worker)");
   const int64_t rendezvous_s = b.opt_int("rendezvous_timeout_s", 60);
@@ -115,10 +122,8 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
     if (v < 1 || v > 86400)
       sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field '{}' must be in 1..86400, got {}", b.what(), key, v);
-  w.options.rendezvous_timeout = std::chrono::seconds(rendezvous_s);
-  w.options.transfer_timeout = std::chrono::seconds(transfer_s);
-  w.options.rank = static_cast<int>(rank_offset);
-  return w;
+  options.rendezvous_timeout = std::chrono::seconds(rendezvous_s);
+  options.transfer_timeout = std::chrono::seconds(transfer_s);
 }
 
 std::unique_ptr<Communicator> join_worker_domain(const WorkerInit& init, DLDevice device,

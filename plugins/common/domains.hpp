@@ -63,6 +63,11 @@ constexpr int64_t kMaxWorld = 65536;
 WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::json& init_info,
                             const std::string& backend, const std::vector<std::string>& extra = {});
 
+// The receiver-side deadlines (backend options rendezvous_timeout_s, transfer_timeout_s; 60 and
+// 300 s by default) into `options`; errors name the field.
+void read_worker_deadlines(const sdk::WorkerContext& context, const std::string& backend,
+                           CommunicatorOptions& options);
+
 // Joins: NCCL on a CUDA device (needs the unique id), Gloo on the CPU (needs address and port);
 // the other way round is refused with the reason. make: empty for those (tests pass a spy).
 std::unique_ptr<Communicator> join_worker_domain(const WorkerInit& init, DLDevice device,

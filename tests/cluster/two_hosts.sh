@@ -12,7 +12,7 @@ set -euo pipefail
 wt=$1
 cache=$2
 deadline_s=5  # the transfer deadline on both sides
-control_s=10  # the control plane's (receiver.timeout_s): a cut between two broadcasts meets it
+control_s=15  # the control plane's (receiver.timeout_s): a cut between two broadcasts meets it
 tag="wt$$"
 work=$(mktemp -d)
 pids=()

@@ -131,8 +131,14 @@ class SourceRef {
       const auto* m = WT_ELEMENT(wt_param_meta, p, i);
       if (m->ndim < 0 || (m->ndim > 0 && m->shape == nullptr))
         fail(WT_ERR_INTERNAL, "the weight source's metadata has a bad shape at item {}", i);
-      out.push_back(
-          {m->name ? m->name : "", m->dtype, std::vector<int64_t>(m->shape, m->shape + m->ndim)});
+      ParamMeta& meta = out.emplace_back(ParamMeta{
+          m->name ? m->name : "", m->dtype, std::vector<int64_t>(m->shape, m->shape + m->ndim)});
+      // A host older than the shard fields never sets them: the whole tensor.
+      if (covers(m, &wt_param_meta::shard_length) && m->sharded) {
+        meta.shard_dim = m->shard_dim;
+        meta.shard_offset = m->shard_offset;
+        meta.shard_length = m->shard_length;
+      }
     }
     return out;
   }
@@ -255,7 +261,11 @@ class LoaderRef {
                     param.name.c_str(),
                     param.dtype,
                     static_cast<int32_t>(param.shape.size()),
-                    param.shape.data()};
+                    param.shape.data(),
+                    0,  // a destination is always for the whole tensor
+                    0,
+                    0,
+                    0};
     DLTensor out{};
     int32_t found = 0;
     call("destination",

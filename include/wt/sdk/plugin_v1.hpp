@@ -39,8 +39,16 @@ struct Source {
         return WT_ERR_SYSTEM;
       }
       for (size_t i = 0; i < n; ++i)
-        self->meta[i] = {
-            sizeof(wt_param_meta), WT_ABI_VERSION, p[i].name, p[i].dtype, p[i].ndim, p[i].shape};
+        self->meta[i] = {sizeof(wt_param_meta),
+                         WT_ABI_VERSION,
+                         p[i].name,
+                         p[i].dtype,
+                         p[i].ndim,
+                         p[i].shape,
+                         0,
+                         0,
+                         0,
+                         0};
       *params = self->meta.data();
       *count = n;
       return WT_OK;

@@ -1,0 +1,152 @@
+#include "gloo_mesh.hpp"
+
+#include "session_secret.hpp"
+#include "sigpipe_guard.hpp"
+
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+namespace wt::plugins {
+namespace {
+
+using sdk::fail;
+using Clock = std::chrono::steady_clock;
+
+// The local address that routes towards `peer`: what this rank advertises to the others.
+std::string local_address_towards(const std::string& peer) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(peer.c_str(), "9", &hints, &res) != 0 || res == nullptr)
+    fail(WT_ERR_SYSTEM, "cannot resolve master_address '{}'", peer);
+  std::string out;
+  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {  // no packet is sent
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      const void* a =
+          ss.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+      if (::inet_ntop(ss.ss_family, a, buf, sizeof buf) != nullptr) out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  if (out.empty()) fail(WT_ERR_SYSTEM, "no local address routes to master_address '{}'", peer);
+  return out;
+}
+
+// What rank `from` answers to rank `to`'s challenge `nonce`.
+Mac pair_answer(const SessionSecret& secret, const unsigned char* nonce, int from, int to) {
+  std::string m(reinterpret_cast<const char*>(nonce), sizeof(Nonce));
+  unsigned char ranks[8];
+  put_le(ranks, static_cast<uint32_t>(from), 4);
+  put_le(ranks + 4, static_cast<uint32_t>(to), 4);
+  m.append(reinterpret_cast<const char*>(ranks), sizeof ranks);
+  return secret.mac("wt gloo pair", m);
+}
+
+// Each rank sends every peer a fresh nonce and answers each peer's nonce with a MAC under the
+// secret binding both ranks; a peer whose answer is not the expected one fails the rendezvous.
+// Whoever took a pair's connection without the secret (a stranger racing the real peer to the
+// pair's port) is found here, before any weight byte moves on the mesh.
+void authenticate_pairs(gloo::rendezvous::Context& context, const CommunicatorOptions& options,
+                        const SessionSecret& secret, Clock::time_point until) {
+  const int n = options.world_size, me = options.rank;
+  const std::size_t nb = sizeof(Nonce), mb = sizeof(Mac);
+  std::vector<unsigned char> mine(n * nb), theirs(n * nb), answers(n * mb), received(n * mb);
+  for (int p = 0; p < n; ++p) {
+    const Nonce x = random_nonce();
+    std::memcpy(mine.data() + p * nb, x.data(), nb);
+  }
+  auto exchange = [&](std::vector<unsigned char>& out, std::vector<unsigned char>& in,
+                      std::size_t each) {
+    const uint64_t slot = static_cast<uint64_t>(context.nextSlot());
+    auto send = context.createUnboundBuffer(out.data(), out.size());
+    auto recv = context.createUnboundBuffer(in.data(), in.size());
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      recv->recv(p, slot, p * each, each);
+      send->send(p, slot, p * each, each);
+    }
+    for (int p = 0; p < n - 1; ++p) {
+      if (!recv->waitRecv(time_left(until)) || !send->waitSend(time_left(until)))
+        fail(WT_ERR_ABORTED, "the pair challenge was interrupted");
+    }
+  };
+  exchange(mine, theirs, nb);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const Mac a = pair_answer(secret, theirs.data() + p * nb, me, p);
+    std::memcpy(answers.data() + p * mb, a.data(), mb);
+  }
+  exchange(answers, received, mb);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    Mac got{};
+    std::memcpy(got.data(), received.data() + p * mb, mb);
+    if (!same_mac(got, pair_answer(secret, mine.data() + p * nb, p, me))) {
+      const std::string why = fmt::format(
+          "the peer connected as rank {} did not prove the session secret (a stranger on the "
+          "pair's port?); no weight was sent",
+          p);
+      if (options.warn) options.warn(why);
+      fail(WT_ERR_REMOTE, "{}", why);
+    }
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOptions& o,
+                                                          std::unique_ptr<TcpStoreServer> store) {
+  if (o.world_size < 2 || o.rank < 0 || o.rank >= o.world_size)
+    fail(WT_ERR_INVALID_ARGUMENT, "rank {} is not in a world of size {}", o.rank, o.world_size);
+  if (o.session_secret.empty())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "a Gloo group needs the session secret the sender minted (field 'session_secret' of the "
+         "worker init info)");
+  const SessionSecret secret = SessionSecret::from_hex(o.session_secret, "session_secret");
+  const auto until = Clock::now() + o.rendezvous_timeout;
+  if (o.rank == 0 && store == nullptr)
+    store =
+        std::make_unique<TcpStoreServer>(o.master_address, o.master_port, secret,
+                                         TcpStoreServer::Limits::for_world(o.world_size), o.warn);
+  const std::string what = fmt::format("rendezvous of {} ranks at {}:{} (this is rank {})",
+                                       o.world_size, o.master_address, o.master_port, o.rank);
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  SigpipeBlocked no_sigpipe;  // also for Gloo's loop thread, started in here
+  try {
+    gloo_call(what, [&] {
+      TcpStoreClient client(o.master_address, o.master_port, secret, until);
+      gloo::transport::tcp::attr attr(local_address_towards(o.master_address).c_str());
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
+      context->setTimeout(time_left(until));
+      context->connectFullMesh(client, device);
+      authenticate_pairs(*context, o, secret, until);
+    });
+  } catch (const sdk::Error& e) {
+    if (store != nullptr && !store->failure().empty())
+      throw sdk::Error(e.code(), fmt::format("{} ({})", e.what(), store->failure()));
+    throw;
+  }
+  // Every rank answered rank 0's challenge after it read every key: nobody needs the store now.
+  store.reset();
+  context->setTimeout(o.transfer_timeout);
+  return context;
+}
+
+}  // namespace wt::plugins

@@ -1,0 +1,66 @@
+// A Gloo full mesh whose every pair proved the session secret: what the broadcast group (nccl,
+// sparse_nccl) and the m2n point-to-point transfers are built on (compiled into each plugin).
+//
+// Rank 0 hosts the rendezvous store (opened before the peers were told where to meet, or here);
+// every rank connects with the secret, the mesh forms, and each pair answers a challenge under the
+// secret each way before anything else moves on it. Then nobody needs the store: it is closed.
+#pragma once
+
+#include "communicator.hpp"
+#include "tcp_store.hpp"
+
+#include <wt/sdk/errors.hpp>
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace wt::plugins {
+
+// Blocks until every rank joined and proved the secret, within options.rendezvous_timeout as a
+// whole; the context's timeout is then the transfer deadline. Throws sdk::Error (WT_ERR_TIMEOUT
+// naming the rendezvous and the ranks expected, WT_ERR_REMOTE for a peer that failed the
+// challenge, WT_ERR_SYSTEM when the store cannot listen).
+std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOptions& options,
+                                                          std::unique_ptr<TcpStoreServer> store);
+
+// Gloo reports failures as exceptions of its own; these become wt errors naming `what`.
+template <typename F>
+void gloo_call(const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const sdk::Error& e) {
+    throw sdk::Error(e.code(), fmt::format("{}: {}", what, e.what()));
+  } catch (const gloo::IoException& e) {
+    sdk::fail(WT_ERR_TIMEOUT, "{}: a peer did not take part in time or went away ({})", what,
+              e.what());
+  } catch (const std::exception& e) {
+    sdk::fail(WT_ERR_REMOTE, "{}: {}", what, e.what());
+  }
+}
+
+// Time left until `until`, at least a millisecond (Gloo reads 0 as "no deadline").
+inline std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point until) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      until - std::chrono::steady_clock::now()));
+}
+
+// Little-endian integers in the frames that precede transfers on the mesh.
+inline void put_le(unsigned char* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
+}
+inline uint64_t get_le(const unsigned char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+}  // namespace wt::plugins

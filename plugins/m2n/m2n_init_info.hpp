@@ -1,0 +1,88 @@
+// The m2n trainer init info:
+//   master_address, master_port  the rendezvous trainer rank 0 hosts (every trainer rank and
+//                                every worker rank meet there)
+//   world_size                   1 + the worker ranks (vLLM's count: one trainer + the workers)
+//   rank                         this trainer rank (its rank in the trainer group)
+//   device                       "cpu" (host memory over Gloo pairs)
+//   tensor_parallel              int, default 1: the worker ranks form replicas of this many TP
+//                                ranks (worker rank = replica * T + tp rank)
+//   tp_rules                     [{match: glob, dim: d}], default none: the first rule whose glob
+//                                matches a name gives the dimension TP splits (-1 or no match:
+//                                every TP rank needs it whole)
+//   rendezvous_timeout_s, transfer_timeout_s  the deadlines (60, 300)
+// Trainer rank 0 ships the worker init info: the rendezvous, the session secret, the plan as
+// JSON and its digest (docs/m2n.md).
+#pragma once
+
+#include "../common/domain_init_info.hpp"
+
+#include <wt/sdk/errors.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wt::m2n {
+
+struct TpRule {
+  std::string match;
+  int dim = -1;
+};
+
+struct M2nInitInfo final : plugins::DomainInitInfo {
+  int64_t tensor_parallel = 1;
+  std::vector<TpRule> tp_rules;
+
+  int64_t worker_ranks() const { return rendezvous.world_size - 1; }
+
+  nlohmann::json to_json() const override {
+    auto j = domain_json();
+    j["tensor_parallel"] = tensor_parallel;
+    auto rules = nlohmann::json::array();
+    for (const auto& r : tp_rules) rules.push_back({{"match", r.match}, {"dim", r.dim}});
+    j["tp_rules"] = std::move(rules);
+    return j;
+  }
+
+  static std::unique_ptr<sdk::InitInfoBase> parse(const nlohmann::json& fields) {
+    sdk::FieldReader r(fields, "init_info for backend 'm2n'");
+    auto info = std::make_unique<M2nInitInfo>();
+    info->read_domain(r);
+    info->tensor_parallel = r.opt_int("tensor_parallel", 1);
+    if (r.has("tp_rules")) {
+      const auto& rules = r.raw("tp_rules");
+      if (!rules.is_array())
+        sdk::fail_field("tp_rules", WT_ERR_INVALID_ARGUMENT,
+                        "invalid {}: field 'tp_rules' must be a list of {{match, dim}}", r.what());
+      for (std::size_t i = 0; i < rules.size(); ++i) {
+        sdk::FieldReader rule(rules[i], fmt::format("{}, tp_rules[{}]", r.what(), i));
+        TpRule t{rule.get_string("match"), static_cast<int>(rule.get_int("dim"))};
+        rule.finish();
+        if (t.dim < -1 || t.dim > 7)
+          sdk::fail_field("tp_rules", WT_ERR_INVALID_ARGUMENT,
+                          "invalid {}: tp_rules[{}].dim must be -1 (whole) or a dimension 0..7",
+                          r.what(), i);
+        info->tp_rules.push_back(std::move(t));
+      }
+    }
+    r.finish();
+    if (info->device != "cpu")
+      sdk::fail_field("device", WT_ERR_UNSUPPORTED,
+                      "invalid {}: m2n moves host memory (device \"cpu\") in this version; CUDA "
+                      "memory over NCCL send/recv is not built yet",
+                      r.what());
+    if (info->tensor_parallel < 1 || info->tensor_parallel > 1024)
+      sdk::fail_field("tensor_parallel", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'tensor_parallel' must be in 1..1024", r.what());
+    if (info->worker_ranks() % info->tensor_parallel != 0)
+      sdk::fail_field("tensor_parallel", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: {} worker rank(s) (world_size {} - 1) do not form replicas of "
+                      "tensor_parallel {}",
+                      r.what(), info->worker_ranks(), info->rendezvous.world_size,
+                      info->tensor_parallel);
+    info->check_deadlines(r);
+    return info;
+  }
+};
+
+}  // namespace wt::m2n

@@ -1,0 +1,50 @@
+#include "m2n_schedule.hpp"
+
+namespace wt::m2n {
+
+PlanIndex::PlanIndex(const Plan& plan) {
+  for (std::size_t g = 0; g < plan.groups.size(); ++g)
+    for (std::size_t m = 0; m < plan.groups[g].names.size(); ++m)
+      entries_.emplace(plan.groups[g].names[m], Entry{g, m});
+}
+
+const PlanIndex::Entry* PlanIndex::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
+                               const std::vector<std::string>& names, int trainer_rank) {
+  const int tp = plan.inference.tensor_parallel, replicas = plan.inference.replicas;
+  std::vector<Transfer> out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto* e = index.find(names[i]);
+    const GroupPlan& g = plan.groups[e->group];
+    for (int w = 0; w < plan.inference.worker_ranks(); ++w)
+      for (const Piece& p : g.pieces) {
+        if (p.tp_rank != w % tp || Plan::sender(p, e->member, replicas, w / tp) != trainer_rank)
+          continue;
+        const uint64_t n = piece_bytes(p, g.dtype);
+        if (n > 0) out.push_back({i, &p, w, n});
+      }
+  }
+  return out;
+}
+
+std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
+                                  const std::vector<std::string>& names, int worker_rank) {
+  const int tp = plan.inference.tensor_parallel, replicas = plan.inference.replicas;
+  std::vector<Transfer> out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto* e = index.find(names[i]);
+    const GroupPlan& g = plan.groups[e->group];
+    for (const Piece& p : g.pieces) {
+      if (p.tp_rank != worker_rank % tp) continue;
+      const uint64_t n = piece_bytes(p, g.dtype);
+      if (n > 0) out.push_back({i, &p, Plan::sender(p, e->member, replicas, worker_rank / tp), n});
+    }
+  }
+  return out;
+}
+
+}  // namespace wt::m2n

@@ -1,0 +1,44 @@
+// One round of the plan, as each rank walks it: which pieces trainer rank k sends (by parameter,
+// then worker rank, then piece) and which worker rank w receives (by parameter, then piece). Both
+// sides list a pair's pieces in the same order, so the n-th message on a pair is the same piece
+// at both ends, and the frame before them can say how many bytes follow.
+#pragma once
+
+#include "plan/m2n_plan.hpp"
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace wt::m2n {
+
+// Where a parameter sits in the plan: its group, and its place among the group's names.
+class PlanIndex {
+ public:
+  explicit PlanIndex(const Plan& plan);
+  struct Entry {
+    std::size_t group = 0, member = 0;
+  };
+  const Entry* find(const std::string& name) const;
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+struct Transfer {
+  std::size_t param = 0;  // index in the round's parameter list
+  const Piece* piece = nullptr;
+  int peer = 0;  // the worker rank (a send) or the trainer rank (a receive)
+  uint64_t bytes = 0;
+};
+
+// `names`: the round's parameters in order, each one the index finds. Pieces of no bytes are left
+// out on both sides.
+std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
+                               const std::vector<std::string>& names, int trainer_rank);
+std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
+                                  const std::vector<std::string>& names, int worker_rank);
+
+}  // namespace wt::m2n

@@ -1,0 +1,241 @@
+#include "m2n_trainer.hpp"
+
+#include "../common/gloo_mesh.hpp"
+#include "../common/round_bracket.hpp"
+#include "../common/session_secret.hpp"
+#include "../common/tcp_store.hpp"
+#include "box_copy.hpp"
+#include "m2n_holdings.hpp"
+#include "m2n_wire.hpp"
+
+#include <wt/sdk/tensor_layout.hpp>
+
+namespace wt::m2n {
+
+using sdk::fail;
+
+namespace {
+
+bool same_model(const std::vector<ParamMeta>& a, const std::vector<ParamMeta>& b,
+                std::string* first) {
+  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const bool same = i < a.size() && i < b.size() && a[i].name == b[i].name &&
+                      a[i].dtype == b[i].dtype && a[i].shape == b[i].shape &&
+                      a[i].shard_dim == b[i].shard_dim && a[i].shard_offset == b[i].shard_offset &&
+                      a[i].shard_length == b[i].shard_length;
+    if (!same) {
+      *first = i < a.size() ? a[i].name : b[i].name;
+      return false;
+    }
+  }
+  return true;
+}
+
+std::size_t element_bytes(const ParamMeta& m) {
+  return (static_cast<std::size_t>(m.dtype.bits) * m.dtype.lanes + 7) / 8;
+}
+
+}  // namespace
+
+M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& info)
+    : log_(context.host, "[m2n] "),
+      info_(info),
+      client_(context.client),
+      source_(context.source),
+      rank_(context.group.rank()),
+      ranks_(context.group.size()) {
+  if (!source_.valid()) fail(WT_ERR_INVALID_ARGUMENT, "the m2n backend requires a weight source");
+  if (info.rendezvous.rank != rank_)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "the init info says rank {}, but this process is rank {} of its trainer group of {}: m2n "
+         "plans with the group's ranks",
+         info.rendezvous.rank, rank_, ranks_);
+  meta_ = source_.metadata();
+  for (const auto& m : meta_) {
+    names_.push_back(m.name);
+    if (m.dtype.bits % 8 != 0 || m.dtype.bits == 0)
+      fail(WT_ERR_INVALID_ARGUMENT, "parameter '{}' has a dtype of {} bits: m2n moves whole bytes",
+           m.name, m.dtype.bits);
+  }
+  const int workers = static_cast<int>(info.worker_ranks());
+  const int world = ranks_ + workers;
+  if (world > plugins::kMaxWorld)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "{} trainer ranks and {} worker ranks make a mesh of more than {}", ranks_, workers,
+         plugins::kMaxWorld);
+  plugins::CommunicatorOptions o;
+  o.master_address = info.rendezvous.master_address;
+  o.master_port = static_cast<int>(info.rendezvous.master_port);
+  o.rank = rank_;
+  o.world_size = world;
+  o.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
+  o.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
+  o.warn = [log = log_](const std::string& m) { log.warn("{}", m); };
+  // Rank 0: the session's secret, and the store listening before anyone is told where to meet.
+  std::unique_ptr<plugins::TcpStoreServer> store;
+  nlohmann::json mine = {{"holdings", holdings_json(meta_)}};
+  if (rank_ == 0) {
+    const auto secret = plugins::SessionSecret::mint();
+    store = std::make_unique<plugins::TcpStoreServer>(
+        o.master_address, o.master_port, secret, plugins::TcpStoreServer::Limits::for_world(world),
+        o.warn);
+    mine["secret"] = secret.hex();
+  }
+  // Every rank's holdings on every rank (the trainer group is the trainer's own processes).
+  std::vector<std::vector<ParamMeta>> per_rank;
+  const auto gathered = context.group.all_gather(mine.dump());
+  for (std::size_t k = 0; k < gathered.size(); ++k) {
+    auto j = nlohmann::json::parse(gathered[k], nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("holdings"))
+      fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} gathered no holdings", k);
+    per_rank.push_back(holdings_from_json(j.at("holdings"), static_cast<int>(k)));
+    if (k == 0) o.session_secret = j.value("secret", "");
+  }
+  InferenceLayout inference;
+  inference.tensor_parallel = static_cast<int>(info.tensor_parallel);
+  inference.replicas = workers / inference.tensor_parallel;
+  plan_ = compute_plan(layout_from_holdings(per_rank, inference, info.tp_rules));
+  index_ = std::make_unique<PlanIndex>(plan_);
+  sends_ = sends_of(plan_, *index_, names_, rank_);
+  pair_pieces_.assign(static_cast<std::size_t>(workers), 0);
+  pair_bytes_.assign(static_cast<std::size_t>(workers), 0);
+  for (const auto& t : sends_) {
+    ++pair_pieces_[static_cast<std::size_t>(t.peer)];
+    pair_bytes_[static_cast<std::size_t>(t.peer)] += t.bytes;
+  }
+  std::shared_ptr<gloo::rendezvous::Context> mesh;
+  if (rank_ != 0) {
+    mesh = plugins::form_gloo_mesh(o, nullptr);
+  } else {
+    const nlohmann::json worker_info = {{"rank_offset", 1},
+                                        {"world_size", info.rendezvous.world_size},
+                                        {"master_address", o.master_address},
+                                        {"master_port", o.master_port},
+                                        {"session_secret", o.session_secret},
+                                        {"trainer_ranks", ranks_},
+                                        {"plan", plan_to_json(plan_)},
+                                        {"plan_digest", plan_digest(plan_)}};
+    // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
+    auto rpc = std::make_unique<plugins::AsyncRpc>(
+        [c = client_, text = worker_info.dump()] { c.init_weight_transfer_engine(text); },
+        &aborted_);
+    try {
+      mesh = plugins::form_gloo_mesh(o, std::move(store));
+    } catch (const sdk::Error&) {
+      if (rpc->done()) rpc->wait(aborted_);  // the inference side's refusal says more
+      parked_.push_back(std::move(rpc));
+      throw;
+    }
+    rpc->wait(aborted_);
+  }
+  transfers_ = std::make_unique<PairTransfers>(std::move(mesh), o.transfer_timeout);
+  uint64_t bytes = 0;
+  for (auto b : pair_bytes_) bytes += b;
+  log_.debug("trainer rank {} of {} ready: {} piece(s), {} bytes per round to {} worker rank(s)",
+             rank_, ranks_, sends_.size(), bytes, workers);
+}
+
+M2nTrainer::~M2nTrainer() = default;
+
+void M2nTrainer::abort() {
+  aborted_.abort();
+  if (transfers_) transfers_->abort();
+}
+
+void M2nTrainer::send_weights(const sdk::SendArgs& args) {
+  if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the m2n trainer engine was aborted");
+  if (!args.patches.empty())
+    fail(WT_ERR_INVALID_ARGUMENT, "m2n is a full-resync backend: send_weights takes no patches");
+  std::string first;
+  if (!same_model(source_.metadata(), meta_, &first))
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "the weight source declares another model than at trainer_init (first difference: "
+         "'{}'): the m2n plan is fixed then; create the trainer engine again",
+         first);
+  if (transfers_->broken())
+    fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; create the trainer engine again");
+  auto pass = source_.begin();
+  std::vector<wt_tensor> tensors;
+  tensors.reserve(meta_.size());
+  for (wt_tensor t{}; pass.next(&t); t = wt_tensor{}) {
+    if (tensors.size() >= meta_.size())
+      fail(WT_ERR_INVALID_ARGUMENT, "the weight source yields more than the {} tensors declared",
+           meta_.size());
+    if (t.tensor.device.device_type != kDLCPU && t.tensor.device.device_type != kDLCUDAHost)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "tensor '{}' is not in host memory: m2n moves host memory in this version",
+           meta_[tensors.size()].name);
+    tensors.push_back(t);
+  }
+  if (tensors.size() != meta_.size())
+    fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded {} tensors, its metadata declares {}",
+         tensors.size(), meta_.size());
+  const uint32_t round = round_++;
+  if (rank_ != 0) {
+    send_round(tensors, round);
+    return;
+  }
+  plugins::RoundBracket bracket(client_, aborted_, parked_, [this] { transfers_->abort(); });
+  bracket.run(
+      update_text_.text_for(meta_),
+      [&](plugins::RoundBracket::Round& r) {
+        r.before_collective();
+        send_round(tensors, round);
+      },
+      // The other ranks' pieces of this round may still be on the wire: the mesh is done.
+      [&](bool) { transfers_->abort(); }, args.weight_version);
+}
+
+void M2nTrainer::send_round(const std::vector<wt_tensor>& tensors, uint32_t round) {
+  try {
+    post_round(tensors, round);
+  } catch (...) {
+    transfers_->discard();  // before the frames and packed pieces they point at go
+    packed_.clear();
+    throw;
+  }
+  transfers_->wait_all();
+  packed_.clear();
+}
+
+void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t round) {
+  const auto workers = pair_bytes_.size();
+  frames_.assign(workers, Frame{});
+  auto& frames = frames_;
+  for (std::size_t w = 0; w < workers; ++w) {
+    frames[w] = make_frame(round, pair_pieces_[w], pair_bytes_[w]);
+    transfers_->post_send(ranks_ + static_cast<int>(w), slot(round, 0), frames[w].data(),
+                          kFrameBytes, fmt::format("the round's frame to worker rank {}", w));
+  }
+  std::vector<uint64_t> next(workers, 1);
+  packed_.clear();
+  for (const Transfer& t : sends_) {
+    const ParamMeta& m = meta_[t.param];
+    const DLTensor& src = tensors[t.param].tensor;
+    const std::vector<int64_t> shape = m.local_shape();
+    std::vector<int64_t> lo = t.piece->box.lo, hi = t.piece->box.hi;
+    if (m.sharded()) {  // the piece in this rank's slice
+      lo[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
+      hi[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
+    }
+    const std::size_t elem = element_bytes(m);
+    const auto strides = src.strides != nullptr
+                             ? std::vector<int64_t>(src.strides, src.strides + src.ndim)
+                             : compact_strides(shape);
+    const auto* base = static_cast<const unsigned char*>(src.data) + src.byte_offset +
+                       static_cast<std::size_t>(box_offset(strides, lo)) * elem;
+    const void* from = base;
+    if (strides != compact_strides(shape) || !box_is_contiguous(shape, lo, hi)) {
+      std::vector<int64_t> extent(lo.size());
+      for (std::size_t d = 0; d < lo.size(); ++d) extent[d] = hi[d] - lo[d];
+      auto& buf = packed_.emplace_back(t.bytes);
+      copy_box(buf.data(), compact_strides(extent), base, strides, extent, elem);
+      from = buf.data();
+    }
+    transfers_->post_send(ranks_ + t.peer, slot(round, next[static_cast<std::size_t>(t.peer)]++),
+                          from, t.bytes,
+                          fmt::format("a piece of '{}' to worker rank {}", m.name, t.peer));
+  }
+}
+
+}  // namespace wt::m2n

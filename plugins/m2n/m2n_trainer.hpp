@@ -1,0 +1,62 @@
+// The m2n trainer engine, one per trainer rank. At creation every rank declares what it holds
+// (its source's metadata, sharded or whole), the holdings are gathered over the trainer group and
+// every rank computes the same plan from them and the inference layout; rank 0 hosts the
+// rendezvous, ships the plan to the workers in their init info, and all trainer and worker ranks
+// form one authenticated Gloo mesh. Each round every rank sends its planned pieces straight to the
+// worker ranks that need them (in place from the source's memory when a piece's bytes lie back to
+// back, packed otherwise); rank 0 brackets the round on the inference side (start, update naming
+// the round's tensors, finish).
+#pragma once
+
+#include "../common/async_rpc.hpp"
+#include "../common/param_list.hpp"
+#include "m2n_init_info.hpp"
+#include "m2n_schedule.hpp"
+#include "m2n_wire.hpp"
+#include "pair_transfers.hpp"
+#include "plan/m2n_plan.hpp"
+
+#include <wt/sdk/host_log.hpp>
+#include <wt/sdk/plugin.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace wt::m2n {
+
+class M2nTrainer final : public sdk::TrainerBase {
+ public:
+  M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& info);
+  ~M2nTrainer() override;
+  void send_weights(const sdk::SendArgs& args) override;
+  void abort() override;
+
+  const Plan& plan() const { return plan_; }
+
+ private:
+  // Posts the round's frames and pieces, then waits for them; a failure leaves the mesh broken.
+  void send_round(const std::vector<wt_tensor>& tensors, uint32_t round);
+  void post_round(const std::vector<wt_tensor>& tensors, uint32_t round);
+
+  sdk::HostLog log_;
+  M2nInitInfo info_;
+  sdk::ClientRef client_;
+  sdk::SourceRef source_;
+  int rank_ = 0, ranks_ = 1;
+  std::vector<ParamMeta> meta_;  // as declared at trainer_init: the plan's inputs
+  std::vector<std::string> names_;
+  Plan plan_;
+  std::unique_ptr<PlanIndex> index_;
+  std::vector<Transfer> sends_;                     // this rank's pieces, in schedule order
+  std::vector<uint64_t> pair_pieces_, pair_bytes_;  // per worker rank
+  uint32_t round_ = 0;
+  std::vector<Frame> frames_;                       // the round's frames, one per worker rank
+  std::vector<std::vector<unsigned char>> packed_;  // the round's strided pieces, made compact
+  std::unique_ptr<PairTransfers> transfers_;        // after what it points at: destroyed first
+  plugins::DescribedParams update_text_;
+  sdk::AbortSignal aborted_;
+  // RPC threads of failed rounds (declared after the signal they wake: destroyed first).
+  std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;
+};
+
+}  // namespace wt::m2n

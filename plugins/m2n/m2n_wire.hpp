@@ -1,0 +1,33 @@
+// What goes on a (trainer rank, worker rank) pair each round: first a frame (magic, round number,
+// pieces, bytes), then the pair's pieces in schedule order, message n on slot slot(round, n). A
+// worker whose frame disagrees with what its plan expects takes none of the round's bytes.
+#pragma once
+
+#include "../common/gloo_mesh.hpp"
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+namespace wt::m2n {
+
+constexpr std::size_t kFrameBytes = 24;
+using Frame = std::array<unsigned char, kFrameBytes>;
+constexpr unsigned char kFrameMagic[4] = {'W', 'T', 'M', '1'};
+
+inline Frame make_frame(uint32_t round, uint64_t pieces, uint64_t bytes) {
+  Frame f{};
+  std::memcpy(f.data(), kFrameMagic, 4);
+  plugins::put_le(f.data() + 4, round, 4);
+  plugins::put_le(f.data() + 8, pieces, 8);
+  plugins::put_le(f.data() + 16, bytes, 8);
+  return f;
+}
+
+// Slots of m2n's messages: apart from the ones Gloo's own collectives take (small numbers).
+inline uint64_t slot(uint32_t round, uint64_t message) {
+  return (uint64_t{1} << 62) | (uint64_t{round & 0xfffffu} << 40) |
+         (message & ((uint64_t{1} << 40) - 1));
+}
+
+}  // namespace wt::m2n

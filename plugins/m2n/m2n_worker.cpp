@@ -1,0 +1,284 @@
+#include "m2n_worker.hpp"
+
+#include "../common/domains.hpp"
+#include "../common/gloo_mesh.hpp"
+#include "../common/session_secret.hpp"
+#include "box_copy.hpp"
+
+#include <wt/dtype.hpp>
+#include <wt/sdk/tensor_layout.hpp>
+
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+namespace wt::m2n {
+
+using sdk::fail;
+
+M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info)
+    : log_(context.host, "[m2n] ") {
+  if (context.device.device_type != kDLCPU)
+    fail(WT_ERR_UNSUPPORTED,
+         "this m2n worker moves host memory; CUDA memory over NCCL send/recv is not built yet");
+  const std::string what = "init_info for backend 'm2n' (worker)";
+  sdk::FieldReader r(init_info, what);
+  plugins::CommunicatorOptions o;
+  o.master_address = r.get_string("master_address");
+  const int64_t port = r.get_int("master_port");
+  if (port < 1 || port > 65535)
+    sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: field 'master_port' must be in 1..65535, got {}", what, port);
+  o.master_port = static_cast<int>(port);
+  o.session_secret =
+      plugins::SessionSecret::from_hex(r.get_string("session_secret"), "session_secret").hex();
+  const int64_t rank_offset = r.get_int("rank_offset");
+  const int64_t world_size = r.get_int("world_size");
+  const int64_t trainers = r.get_int("trainer_ranks");
+  const nlohmann::json plan_json = r.raw("plan");
+  const std::string digest = r.get_string("plan_digest");
+  r.finish();
+  if (world_size < 2 || world_size > plugins::kMaxWorld)
+    sdk::fail_field("world_size", WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: field 'world_size' must be in 2..{}, got {}", what,
+                    plugins::kMaxWorld, world_size);
+  if (rank_offset < 1 || rank_offset >= world_size)
+    sdk::fail_field("rank_offset", WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: rank_offset {} is not in 1..{}", what, rank_offset,
+                    world_size - 1);
+  if (trainers < 1 || trainers + world_size - 1 > plugins::kMaxWorld)
+    sdk::fail_field("trainer_ranks", WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: field 'trainer_ranks' must be in 1..{}, got {}", what,
+                    plugins::kMaxWorld - (world_size - 1), trainers);
+  plan_ = plan_from_json(plan_json, "the m2n plan in the worker init info");
+  if (plan_digest(plan_) != digest)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: the plan's digest is {}, but the init info says {} (altered on the way?)",
+         what, plan_digest(plan_), digest);
+  if (plan_.trainer_ranks != trainers)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: the plan is for {} trainer ranks, the init info says {}", what,
+         plan_.trainer_ranks, trainers);
+  if (plan_.inference.worker_ranks() != world_size - 1)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: the plan is for {} worker ranks ({} x TP {}), the init info's world_size {} "
+         "has {}",
+         what, plan_.inference.worker_ranks(), plan_.inference.replicas,
+         plan_.inference.tensor_parallel, world_size, world_size - 1);
+  index_ = std::make_unique<PlanIndex>(plan_);
+  plugins::read_worker_deadlines(context, "m2n", o);
+  worker_rank_ = static_cast<int>(rank_offset - 1);
+  trainers_ = static_cast<int>(trainers);
+  o.rank = trainers_ + worker_rank_;
+  o.world_size = trainers_ + static_cast<int>(world_size - 1);
+  o.warn = [log = log_](const std::string& m) { log.warn("{}", m); };
+  transfers_ =
+      std::make_unique<PairTransfers>(plugins::form_gloo_mesh(o, nullptr), o.transfer_timeout);
+  log_.debug("worker rank {} (tp rank {}) ready: {} parameter(s) planned from {} trainer rank(s)",
+             worker_rank_, worker_rank_ % plan_.inference.tensor_parallel, index_->size(),
+             trainers_);
+}
+
+M2nWorker::~M2nWorker() = default;
+
+void M2nWorker::start() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (active_) fail(WT_ERR_STATE, "a weight update is already active; call finish first");
+  if (transfers_->broken())
+    fail(WT_ERR_STATE, "the m2n mesh broke in an earlier update; initialise the engine again");
+  active_ = true;
+}
+
+void M2nWorker::finish() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!active_) fail(WT_ERR_STATE, "finish called with no active weight update");
+  active_ = false;
+}
+
+void M2nWorker::abort() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    active_ = false;
+  }
+  transfers_->abort();
+}
+
+namespace {
+
+plugins::ParamList read_update_info(const nlohmann::json& update_info) {
+  sdk::FieldReader r(update_info, "update_info for backend 'm2n'");
+  auto list = plugins::read_param_list(r);
+  r.finish();
+  return list;
+}
+
+}  // namespace
+
+void M2nWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
+  receive_list(read_update_info(update_info), loader);
+}
+
+void M2nWorker::receive_text(const char* update_info, const sdk::LoaderRef& loader) {
+  // A full resync names the same tensors every round: read the text again only when it changed.
+  if (update_info == nullptr || last_update_text_.empty() || last_update_text_ != update_info) {
+    last_update_text_.clear();
+    last_list_ = read_update_info(sdk::parse_json_text(update_info, "update_info"));
+    last_update_text_ = update_info;
+  }
+  receive_list(last_list_, loader);
+}
+
+void M2nWorker::check_update(const plugins::ParamList& list) const {
+  for (const auto& p : list.params) {
+    const auto* e = index_->find(p.name);
+    if (e == nullptr)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "the update names '{}', which the m2n plan does not cover; nothing was received",
+           p.name);
+    const GroupPlan& g = plan_.groups[e->group];
+    if (!(g.dtype == p.dtype) || g.shape != p.shape)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "the update sends '{}' as {} [{}], the m2n plan has it as {} [{}]; nothing was "
+           "received",
+           p.name, torch_name(p.dtype), fmt::join(p.shape, ", "), torch_name(g.dtype),
+           fmt::join(g.shape, ", "));
+  }
+  if (list.params.size() != index_->size())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "the update names {} tensor(s), the m2n plan {}: every round sends every planned "
+         "parameter; nothing was received",
+         list.params.size(), index_->size());
+}
+
+void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
+  }
+  check_update(list);
+  const auto& params = list.params;
+  std::vector<std::string> names;
+  names.reserve(params.size());
+  for (const auto& p : params) names.push_back(p.name);
+  const auto receives = receives_of(plan_, *index_, names, worker_rank_);
+  const auto trainers = static_cast<std::size_t>(trainers_);
+  std::vector<uint64_t> pieces(trainers, 0), bytes(trainers, 0);
+  for (const auto& t : receives) {
+    ++pieces[static_cast<std::size_t>(t.peer)];
+    bytes[static_cast<std::size_t>(t.peer)] += t.bytes;
+  }
+  const uint32_t round = round_++;
+  // The frames: every trainer rank in step and sending what the plan says, or nothing is taken.
+  std::vector<Frame> frames(trainers);
+  for (std::size_t k = 0; k < trainers; ++k)
+    transfers_->post_recv(static_cast<int>(k), slot(round, 0), frames[k].data(), kFrameBytes,
+                          fmt::format("the round's frame from trainer rank {}", k));
+  transfers_->wait_all();
+  for (std::size_t k = 0; k < trainers; ++k) {
+    const Frame want = make_frame(round, pieces[k], bytes[k]);
+    if (frames[k] != want) {
+      transfers_->discard();
+      const unsigned char* f = frames[k].data();
+      fail(WT_ERR_REMOTE,
+           "trainer rank {} sends round {} with {} piece(s), {} bytes for worker rank {}; this "
+           "worker expects round {} with {} piece(s), {} bytes from it; nothing of it was taken",
+           k, plugins::get_le(f + 4, 4), plugins::get_le(f + 8, 8), plugins::get_le(f + 16, 8),
+           worker_rank_, round, pieces[k], bytes[k]);
+    }
+  }
+  // Where each parameter lands: the loader's memory when it offers some, else our own.
+  const int tp = plan_.inference.tensor_parallel;
+  std::vector<Box> needed(params.size());
+  std::vector<std::vector<int64_t>> shapes(params.size());
+  std::vector<unsigned char*> place(params.size(), nullptr);
+  std::vector<bool> offered(params.size(), false);
+  std::vector<std::vector<unsigned char>> own(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const GroupPlan& g = plan_.groups[index_->find(params[i].name)->group];
+    needed[i] = needed_box(g.shape, g.tp_dim, tp, worker_rank_ % tp);
+    shapes[i].resize(g.shape.size());
+    uint64_t n = (static_cast<uint64_t>(g.dtype.bits) * g.dtype.lanes + 7) / 8;
+    for (std::size_t d = 0; d < g.shape.size(); ++d) {
+      shapes[i][d] = needed[i].hi[d] - needed[i].lo[d];
+      n *= static_cast<uint64_t>(shapes[i][d]);
+    }
+    ParamMeta local{params[i].name, params[i].dtype, shapes[i]};
+    auto dst = loader.destination(local);
+    if (dst && dst->device.device_type == kDLCPU && is_compact(*dst)) {
+      place[i] = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
+      offered[i] = true;
+    } else {
+      own[i].resize(n);
+      place[i] = own[i].data();
+    }
+  }
+  // Every piece, posted at once; strided ones into buffers unpacked once they arrived.
+  struct Unpack {
+    std::size_t param;
+    std::vector<int64_t> lo, extent;
+    std::vector<unsigned char> bytes;
+  };
+  std::vector<Unpack> unpacks;
+  unpacks.reserve(receives.size());
+  std::vector<uint64_t> next(trainers, 1);
+  try {
+    for (const Transfer& t : receives) {
+      const auto& name = params[t.param].name;
+      const std::size_t elem =
+          (static_cast<std::size_t>(params[t.param].dtype.bits) * params[t.param].dtype.lanes + 7) /
+          8;
+      std::vector<int64_t> lo = t.piece->box.lo, hi = t.piece->box.hi;
+      for (std::size_t d = 0; d < lo.size(); ++d) {
+        lo[d] -= needed[t.param].lo[d];
+        hi[d] -= needed[t.param].lo[d];
+      }
+      const auto& shape = shapes[t.param];
+      void* into = nullptr;
+      if (box_is_contiguous(shape, lo, hi)) {
+        into = place[t.param] +
+               static_cast<std::size_t>(box_offset(compact_strides(shape), lo)) * elem;
+      } else {
+        Unpack& u = unpacks.emplace_back();
+        u.param = t.param;
+        u.lo = lo;
+        for (std::size_t d = 0; d < lo.size(); ++d) u.extent.push_back(hi[d] - lo[d]);
+        u.bytes.resize(t.bytes);
+        into = u.bytes.data();
+      }
+      transfers_->post_recv(static_cast<int>(t.peer),
+                            slot(round, next[static_cast<std::size_t>(t.peer)]++), into, t.bytes,
+                            fmt::format("a piece of '{}' from trainer rank {}", name, t.peer));
+    }
+  } catch (...) {
+    transfers_->discard();  // before the buffers they point at go
+    throw;
+  }
+  transfers_->wait_all();
+  for (const Unpack& u : unpacks) {
+    const auto& p = params[u.param];
+    const std::size_t elem = (static_cast<std::size_t>(p.dtype.bits) * p.dtype.lanes + 7) / 8;
+    const auto strides = compact_strides(shapes[u.param]);
+    copy_box(place[u.param] + static_cast<std::size_t>(box_offset(strides, u.lo)) * elem, strides,
+             u.bytes.data(), compact_strides(u.extent), u.extent, elem);
+  }
+  std::vector<wt_tensor> views;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (offered[i]) {
+      loader.written(params[i].name);
+      continue;
+    }
+    wt_tensor t{};
+    t.name = params[i].name.c_str();
+    t.tensor = DLTensor{place[i],
+                        DLDevice{kDLCPU, 0},
+                        static_cast<int32_t>(shapes[i].size()),
+                        params[i].dtype,
+                        shapes[i].data(),
+                        nullptr,
+                        0};
+    views.push_back(t);
+  }
+  if (!views.empty()) loader.load(views);
+}
+
+}  // namespace wt::m2n

@@ -1,0 +1,55 @@
+// The m2n worker engine, one per worker rank (rank_offset - 1 of the worker init info). It reads
+// the plan the trainer shipped (checking its coverage and digest), joins the mesh as rank
+// trainer_ranks + worker rank, and per update receives its TP slice of every planned parameter
+// from the trainer ranks the plan names: frames first (a trainer rank out of step or sending
+// another amount is refused before any weight byte lands), then every piece, straight into the
+// loader's destination where the piece's bytes lie back to back in it, else into a buffer that
+// is unpacked into place. Every parameter is handed over before receive returns.
+#pragma once
+
+#include "../common/param_list.hpp"
+#include "m2n_schedule.hpp"
+#include "m2n_wire.hpp"
+#include "pair_transfers.hpp"
+#include "plan/m2n_plan.hpp"
+
+#include <wt/sdk/host_log.hpp>
+#include <wt/sdk/plugin.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace wt::m2n {
+
+class M2nWorker final : public sdk::WorkerBase {
+ public:
+  M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info);
+  ~M2nWorker() override;
+  void start() override;
+  void receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) override;
+  void receive_text(const char* update_info, const sdk::LoaderRef& loader) override;
+  void finish() override;
+  void abort() override;
+
+  int worker_rank() const { return worker_rank_; }
+
+ private:
+  void receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader);
+  // Refuses an update that does not name exactly the planned parameters, as planned.
+  void check_update(const plugins::ParamList& list) const;
+
+  sdk::HostLog log_;
+  int worker_rank_ = 0, trainers_ = 1;
+  Plan plan_;
+  std::unique_ptr<PlanIndex> index_;
+  uint32_t round_ = 0;
+  std::mutex mu_;  // guards active_
+  bool active_ = false;
+  std::string last_update_text_;
+  plugins::ParamList last_list_;
+  std::unique_ptr<PairTransfers> transfers_;
+};
+
+}  // namespace wt::m2n

@@ -1,0 +1,119 @@
+#include "pair_transfers.hpp"
+
+#include "../common/gloo_mesh.hpp"
+#include "../common/sigpipe_guard.hpp"
+
+#include <wt/sdk/errors.hpp>
+
+#include <thread>
+
+namespace wt::m2n {
+
+using sdk::fail;
+
+PairTransfers::PairTransfers(std::shared_ptr<gloo::rendezvous::Context> mesh,
+                             std::chrono::milliseconds transfer_timeout)
+    : mesh_(std::move(mesh)), timeout_(transfer_timeout) {}
+
+PairTransfers::~PairTransfers() {
+  clear();
+}
+
+void PairTransfers::clear() {
+  // The buffers go before the memory they point at (their owners free it after this).
+  ops_.clear();
+}
+
+void PairTransfers::discard() {
+  broken_ = true;
+  clear();
+}
+
+void PairTransfers::post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
+                              std::string what) {
+  if (broken_) fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; initialise again");
+  plugins::SigpipeBlocked no_sigpipe;
+  try {
+    plugins::gloo_call(what, [&] {
+      Op op;
+      op.buffer = mesh_->createUnboundBuffer(const_cast<void*>(data), bytes);
+      op.send = true;
+      op.buffer->send(peer, slot);
+      op.what = std::move(what);
+      ops_.push_back(std::move(op));
+    });
+  } catch (...) {
+    discard();
+    throw;
+  }
+}
+
+void PairTransfers::post_recv(int peer, uint64_t slot, void* data, std::size_t bytes,
+                              std::string what) {
+  if (broken_) fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; initialise again");
+  plugins::SigpipeBlocked no_sigpipe;
+  try {
+    plugins::gloo_call(what, [&] {
+      Op op;
+      op.buffer = mesh_->createUnboundBuffer(data, bytes);
+      op.buffer->recv(peer, slot);
+      op.what = std::move(what);
+      ops_.push_back(std::move(op));
+    });
+  } catch (...) {
+    discard();
+    throw;
+  }
+}
+
+void PairTransfers::wait_all() {
+  plugins::SigpipeBlocked no_sigpipe;
+  try {
+    for (Op& op : ops_) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (aborted_) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
+        current_ = op.buffer.get();
+      }
+      bool done = false;
+      try {
+        plugins::gloo_call(op.what, [&] {
+          done = op.send ? op.buffer->waitSend(timeout_) : op.buffer->waitRecv(timeout_);
+        });
+      } catch (...) {
+        std::lock_guard<std::mutex> l(mu_);
+        current_ = nullptr;
+        throw;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      current_ = nullptr;
+      // An interrupted wait returns false (or, for some waits, as if done): the flag tells.
+      if (aborted_ || !done) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
+    }
+  } catch (...) {
+    broken_ = true;
+    clear();
+    throw;
+  }
+  clear();
+}
+
+void PairTransfers::abort() {
+  // An interrupt ends one wait; interrupt until wait_all moved on or returned.
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  for (bool first = true;; first = false) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      aborted_ = true;
+      broken_ = true;
+      if (current_ == nullptr) return;
+      current_->abortWaitRecv();
+      current_->abortWaitSend();
+    }
+    if (!first && Clock::now() > until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace wt::m2n

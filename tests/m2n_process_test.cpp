@@ -1,0 +1,170 @@
+// The m2n backend across real processes, as `wt launch` runs it: trainer ranks that each hold a
+// slice of every tensor send their pieces straight to the receivers, byte-exact on every worker
+// rank (rank 0 checks every tensor's checksum on every receiver, TP slices included); a plan that
+// cannot be made, or a source a backend cannot take, is refused at init naming what is wrong; a
+// trainer rank killed mid-round fails the round within the transfer deadline.
+#include "support/free_port.hpp"
+#include "support/process.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+using ::testing::HasSubstr;
+
+namespace wt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string write_config(const std::string& name, const std::string& text) {
+  auto dir = fs::path(WT_BUILD_DIR) / "test-configs";
+  fs::create_directories(dir);
+  auto p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+test::ProcessResult launch(const std::string& config) {
+  return test::run_process(std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache " + WT_CLI_PATH +
+                           " launch " + config + " 2>&1");
+}
+
+struct RunSetup {
+  int trainer_ranks = 2;
+  int shard_dim = 0;
+  std::string dtype = "bfloat16";
+  int receivers = 2;
+  std::string extra_init_info;  // more init_info lines
+  std::string model = "tiny";
+  int rounds = 2;
+  std::string backend = "m2n";
+};
+
+std::string config_text(const RunSetup& s) {
+  return fmt::format(R"(backend: {}
+init_info:
+  master_address: 127.0.0.1
+  master_port: {}
+{}
+trainer:
+  ranks: {}
+source:
+  generate: {{model: {}, dtype: {}}}
+  shard: {{rank_of: trainer, dim: {}}}
+receiver:
+  embedded: true
+  count: {}
+rounds: {}
+verify: true
+)",
+                     s.backend, test::free_port(), s.extra_init_info, s.trainer_ranks, s.model,
+                     s.dtype, s.shard_dim, s.receivers, s.rounds);
+}
+
+struct Case {
+  const char* name;
+  RunSetup setup;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class M2nSyncs : public ::testing::TestWithParam<Case> {};
+
+TEST_P(M2nSyncs, EveryRoundVerifiedOnEveryWorkerRank) {
+  const Case& c = GetParam();
+  auto r = launch(write_config(std::string("m2n-") + c.name + ".yaml", config_text(c.setup)));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
+  // Every tensor of the tiny layout (51) on every receiver, each round.
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("verified {}/{} tensors", 51 * c.setup.receivers,
+                                              51 * c.setup.receivers)))
+      << r.output;
+}
+
+constexpr const char* kTpRules =
+    "  tensor_parallel: 2\n"
+    "  tp_rules: [{match: \"*.o_proj.weight\", dim: 1}, {match: \"*.down_proj.weight\", dim: 1},\n"
+    "             {match: \"*_proj.weight\", dim: 0}, {match: \"*embed_tokens*\", dim: 0}]";
+
+INSTANTIATE_TEST_SUITE_P(Layouts, M2nSyncs,
+                         ::testing::Values(Case{"two_ranks_rows_bf16_two_replicas",
+                                                {2, 0, "bfloat16", 2, "", "tiny", 2, "m2n"}},
+                                           Case{"three_ranks_columns_fp32_two_replicas",
+                                                {3, 1, "float32", 2, "", "tiny", 2, "m2n"}},
+                                           Case{"two_ranks_rows_one_replica_of_tp2",
+                                                {2, 0, "bfloat16", 2, kTpRules, "tiny", 2, "m2n"}},
+                                           Case{"three_ranks_columns_two_replicas_of_tp2",
+                                                {3, 1, "float32", 4, kTpRules, "tiny", 2, "m2n"}}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(M2nRefuses, WorkerRanksThatDoNotFormReplicasOfTheTensorParallelSize) {
+  RunSetup s;
+  s.receivers = 3;
+  s.extra_init_info = "  tensor_parallel: 2";
+  auto r = launch(write_config("m2n-tp-odd.yaml", config_text(s)));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("3 worker rank(s) (world_size 4 - 1) do not form replicas of "
+                                  "tensor_parallel 2"));
+}
+
+TEST(M2nRefuses, ATpRuleOnADimensionTheParameterLacks) {
+  RunSetup s;
+  s.extra_init_info = "  tensor_parallel: 2\n  tp_rules: [{match: \"*norm*\", dim: 1}]";
+  auto r = launch(write_config("m2n-tp-dim.yaml", config_text(s)));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("the tp_rules split 'model.layers.0.input_layernorm.weight' "
+                                  "along dimension 1, but it has 1 dimension(s)"));
+}
+
+TEST(M2nRefuses, ASourceOfSlicesGoesOnlyToABackendThatMovesSlices) {
+  RunSetup s;
+  s.backend = "nccl";
+  auto r = launch(write_config("nccl-sharded.yaml", config_text(s)));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("does not take sharded sources (no WT_CAP_SHARDED_SOURCE), but "
+                                  "the weight source holds only a slice of "
+                                  "'model.embed_tokens.weight'"));
+}
+
+TEST(M2nFaults, ATrainerRankKilledMidRoundFailsTheRunWithinTheTransferDeadline) {
+  RunSetup s;
+  s.model = "qwen2.5-0.5b";
+  s.rounds = 40;
+  s.receivers = 1;
+  s.extra_init_info = "  transfer_timeout_s: 5";
+  const std::string config = write_config("m2n-kill.yaml", config_text(s));
+  // The run in the background; once two rounds are done, trainer rank 1 is killed; the time from
+  // the kill to the run's end is what the test measures.
+  const std::string script =
+      write_config("m2n-kill.sh", fmt::format(R"(
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
+pid=$!
+for i in $(seq 1200); do grep -q 'round 2/40' {2}.log && break; sleep 0.05; done
+pkill -9 -f -- '{2} --trainer-rank 1'
+start=$(date +%s%N)
+wait $pid
+rc=$?
+end=$(date +%s%N)
+cat {2}.log
+echo "exit $rc after $(( (end - start) / 1000000 )) ms"
+)",
+                                              WT_BUILD_DIR, WT_CLI_PATH, config));
+  auto r = test::run_process("bash " + script + " 2>&1");
+  const auto at = r.output.rfind("exit ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  int rc = -1, ms = -1;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "exit %d after %d ms", &rc, &ms), 2) << r.output;
+  EXPECT_NE(rc, 0) << r.output;
+  EXPECT_LT(ms, 5000 + 4000) << r.output;  // the transfer deadline, and the run's teardown
+  EXPECT_THAT(r.output, HasSubstr("trainer rank 1")) << r.output;
+}
+
+}  // namespace
+}  // namespace wt
