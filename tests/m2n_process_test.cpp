@@ -166,5 +166,48 @@ echo "exit $rc after $(( (end - start) / 1000000 )) ms"
   EXPECT_THAT(r.output, HasSubstr("trainer rank 1")) << r.output;
 }
 
+TEST(M2nFaults, AWorkerRankKilledMidRoundFailsEveryTrainerRankWithinTheTransferDeadline) {
+  RunSetup s;
+  s.model = "qwen2.5-0.5b";
+  s.rounds = 40;
+  s.receivers = 1;
+  s.extra_init_info = "  transfer_timeout_s: 5";
+  const int port = test::free_port();
+  std::string text = config_text(s);
+  text.replace(text.find("  embedded: true\n  count: 1\n"),
+               std::string("  embedded: true\n  count: 1\n").size(),
+               fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 20\n", port));
+  const std::string config = write_config("m2n-kill-worker.yaml", text);
+  // A receiver of its own, killed once two rounds are done.
+  const std::string script = write_config("m2n-kill-worker.sh", fmt::format(R"(
+{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n", "transfer_timeout_s": 5}}' > {2}.serve.log 2>&1 &
+serve=$!
+for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
+pid=$!
+for i in $(seq 1200); do grep -q 'round 2/40' {2}.log && break; sleep 0.05; done
+kill -9 $serve
+start=$(date +%s%N)
+wait $pid
+rc=$?
+end=$(date +%s%N)
+cat {2}.log
+echo "exit $rc after $(( (end - start) / 1000000 )) ms"
+)",
+                                                                          WT_BUILD_DIR,
+                                                                          WT_CLI_PATH, config,
+                                                                          port));
+  auto r = test::run_process("bash " + script + " 2>&1");
+  const auto at = r.output.rfind("exit ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  int rc = -1, ms = -1;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "exit %d after %d ms", &rc, &ms), 2) << r.output;
+  EXPECT_NE(rc, 0) << r.output;
+  EXPECT_LT(ms, 5000 + 4000) << r.output;
+  // Rank 0 hears it from the control plane, rank 1 from its pair to the worker.
+  EXPECT_THAT(r.output, HasSubstr("rank 0: m2n send_weights failed")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("to worker rank 0")) << r.output;
+}
+
 }  // namespace
 }  // namespace wt
