@@ -133,6 +133,55 @@ TEST(M2nRefuses, ASourceOfSlicesGoesOnlyToABackendThatMovesSlices) {
                                   "'model.embed_tokens.weight'"));
 }
 
+TEST(M2nRefuses, AWorkerWhoseModelDisagreesBeforeAnyByteLandsAndEveryRankStopsAtOnce) {
+  // The receiver holds the tiny model in float32; the trainer ranks send it in bfloat16.
+  const std::string dir = std::string(WT_BUILD_DIR) + "/test-configs/m2n-f32-model";
+  fs::remove_all(dir);
+  ASSERT_EQ(test::run_process(std::string(WT_CLI_PATH) +
+                              " gen-checkpoint --model tiny --dtype "
+                              "float32 " +
+                              dir)
+                .exit_code,
+            0);
+  RunSetup s;
+  const int port = test::free_port();
+  std::string text = config_text(s);
+  text.replace(
+      text.find("  embedded: true\n  count: 2\n"),
+      std::string("  embedded: true\n  count: 2\n").size(),
+      fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 20\n", port));
+  const std::string config = write_config("m2n-disagree.yaml", text);
+  const std::string script =
+      write_config("m2n-disagree.sh", fmt::format(R"(
+{1} serve --host 127.0.0.1 --port {3} --load-checkpoint {4} --weight-transfer-config '{{"backend": "m2n"}}' > {2}.serve.log 2>&1 &
+serve=$!
+for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
+checksums() {{ /usr/bin/python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' http://127.0.0.1:{3}/weight_checksums; }}
+before=$(checksums)
+start=$(date +%s%N)
+WT_CACHE_DIR={0}/cache {1} launch {2} 2>&1
+rc=$?
+end=$(date +%s%N)
+after=$(checksums)
+kill $serve
+[ -n "$before" ] && [ "$before" = "$after" ] && echo "weights unchanged"
+echo "exit $rc after $(( (end - start) / 1000000 )) ms"
+)",
+                                                  WT_BUILD_DIR, WT_CLI_PATH, config, port, dir));
+  auto r = test::run_process("bash " + script + " 2>&1");
+  const auto at = r.output.rfind("exit ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  int rc = -1, ms = -1;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "exit %d after %d ms", &rc, &ms), 2) << r.output;
+  EXPECT_NE(rc, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("tensor 'model.embed_tokens.weight' arrives as bfloat16 "
+                                  "1024x64, but the model this receiver holds has it as float32 "
+                                  "1024x64"));
+  EXPECT_THAT(r.output, HasSubstr("weights unchanged"));
+  // Trainer rank 1 does not wait out its transfer deadline (300 s): the worker closed its pairs.
+  EXPECT_LT(ms, 20000) << r.output;
+}
+
 TEST(M2nFaults, ATrainerRankKilledMidRoundFailsTheRunWithinTheTransferDeadline) {
   RunSetup s;
   s.model = "qwen2.5-0.5b";
@@ -174,12 +223,14 @@ TEST(M2nFaults, AWorkerRankKilledMidRoundFailsEveryTrainerRankWithinTheTransferD
   s.extra_init_info = "  transfer_timeout_s: 5";
   const int port = test::free_port();
   std::string text = config_text(s);
-  text.replace(text.find("  embedded: true\n  count: 1\n"),
-               std::string("  embedded: true\n  count: 1\n").size(),
-               fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 20\n", port));
+  text.replace(
+      text.find("  embedded: true\n  count: 1\n"),
+      std::string("  embedded: true\n  count: 1\n").size(),
+      fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 20\n", port));
   const std::string config = write_config("m2n-kill-worker.yaml", text);
   // A receiver of its own, killed once two rounds are done.
-  const std::string script = write_config("m2n-kill-worker.sh", fmt::format(R"(
+  const std::string script =
+      write_config("m2n-kill-worker.sh", fmt::format(R"(
 {1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n", "transfer_timeout_s": 5}}' > {2}.serve.log 2>&1 &
 serve=$!
 for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
@@ -194,9 +245,7 @@ end=$(date +%s%N)
 cat {2}.log
 echo "exit $rc after $(( (end - start) / 1000000 )) ms"
 )",
-                                                                          WT_BUILD_DIR,
-                                                                          WT_CLI_PATH, config,
-                                                                          port));
+                                                     WT_BUILD_DIR, WT_CLI_PATH, config, port));
   auto r = test::run_process("bash " + script + " 2>&1");
   const auto at = r.output.rfind("exit ");
   ASSERT_NE(at, std::string::npos) << r.output;

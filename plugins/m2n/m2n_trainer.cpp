@@ -183,7 +183,7 @@ void M2nTrainer::send_weights(const sdk::SendArgs& args) {
         send_round(tensors, round);
       },
       // The other ranks' pieces of this round may still be on the wire: the mesh is done.
-      [&](bool) { transfers_->abort(); }, args.weight_version);
+      [&](bool) { transfers_->discard(); }, args.weight_version);
 }
 
 void M2nTrainer::send_round(const std::vector<wt_tensor>& tensors, uint32_t round) {

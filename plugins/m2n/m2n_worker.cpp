@@ -186,6 +186,19 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
            worker_rank_, round, pieces[k], bytes[k]);
     }
   }
+  try {
+    receive_pieces(list, receives, round, loader);
+  } catch (...) {
+    transfers_->discard();  // the trainer ranks' pieces of this round will never be taken
+    throw;
+  }
+}
+
+void M2nWorker::receive_pieces(const plugins::ParamList& list,
+                               const std::vector<Transfer>& receives, uint32_t round,
+                               const sdk::LoaderRef& loader) {
+  const auto& params = list.params;
+  const auto trainers = static_cast<std::size_t>(trainers_);
   // Where each parameter lands: the loader's memory when it offers some, else our own.
   const int tp = plan_.inference.tensor_parallel;
   std::vector<Box> needed(params.size());

@@ -37,6 +37,9 @@ class M2nWorker final : public sdk::WorkerBase {
 
  private:
   void receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader);
+  // After the frames: every piece into place, then handed over to the loader.
+  void receive_pieces(const plugins::ParamList& list, const std::vector<Transfer>& receives,
+                      uint32_t round, const sdk::LoaderRef& loader);
   // Refuses an update that does not name exactly the planned parameters, as planned.
   void check_update(const plugins::ParamList& list) const;
 

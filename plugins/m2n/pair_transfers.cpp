@@ -27,6 +27,10 @@ void PairTransfers::clear() {
 void PairTransfers::discard() {
   broken_ = true;
   clear();
+  // Closing every pair tells each peer at once that this round is over here, instead of letting
+  // it wait out its deadline for messages that will never be taken.
+  std::lock_guard<std::mutex> l(mu_);
+  if (current_ == nullptr) mesh_.reset();
 }
 
 void PairTransfers::post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
@@ -91,8 +95,7 @@ void PairTransfers::wait_all() {
       if (aborted_ || !done) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
     }
   } catch (...) {
-    broken_ = true;
-    clear();
+    discard();
     throw;
   }
   clear();

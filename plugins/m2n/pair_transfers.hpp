@@ -36,8 +36,9 @@ class PairTransfers {
 
   void abort();
   bool broken() const { return broken_; }
-  // On the posting thread, after a failure between posts: forgets every posted message before the
-  // memory they point at goes, and leaves the transfers broken.
+  // On the posting thread, after a failure: forgets every posted message before the memory they
+  // point at goes, closes every pair (the peers' waits end at once) and leaves the transfers
+  // broken. wait_all does it when a wait fails.
   void discard();
 
  private:
