@@ -34,6 +34,21 @@ test::ProcessResult launch(const std::string& config) {
                            " launch " + config + " 2>&1");
 }
 
+// A script that ends by printing "exit RC after MS ms" (the run it timed): its output and both.
+struct TimedRun {
+  std::string output;
+  int exit_code = -1, ms = -1;
+};
+TimedRun run_timed(const std::string& script) {
+  TimedRun t;
+  t.output = test::run_process("bash " + script + " 2>&1").output;
+  const auto at = t.output.rfind("exit ");
+  if (at == std::string::npos ||
+      std::sscanf(t.output.c_str() + at, "exit %d after %d ms", &t.exit_code, &t.ms) != 2)
+    ADD_FAILURE() << "the script did not report its run:\n" << t.output;
+  return t;
+}
+
 struct RunSetup {
   int trainer_ranks = 2;
   int shard_dim = 0;
@@ -168,11 +183,8 @@ kill $serve
 echo "exit $rc after $(( (end - start) / 1000000 )) ms"
 )",
                                                   WT_BUILD_DIR, WT_CLI_PATH, config, port, dir));
-  auto r = test::run_process("bash " + script + " 2>&1");
-  const auto at = r.output.rfind("exit ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  int rc = -1, ms = -1;
-  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "exit %d after %d ms", &rc, &ms), 2) << r.output;
+  const TimedRun r = run_timed(script);
+  const int rc = r.exit_code, ms = r.ms;
   EXPECT_NE(rc, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("tensor 'model.embed_tokens.weight' arrives as bfloat16 "
                                   "1024x64, but the model this receiver holds has it as float32 "
@@ -205,11 +217,8 @@ cat {2}.log
 echo "exit $rc after $(( (end - start) / 1000000 )) ms"
 )",
                                               WT_BUILD_DIR, WT_CLI_PATH, config));
-  auto r = test::run_process("bash " + script + " 2>&1");
-  const auto at = r.output.rfind("exit ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  int rc = -1, ms = -1;
-  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "exit %d after %d ms", &rc, &ms), 2) << r.output;
+  const TimedRun r = run_timed(script);
+  const int rc = r.exit_code, ms = r.ms;
   EXPECT_NE(rc, 0) << r.output;
   EXPECT_LT(ms, 5000 + 4000) << r.output;  // the transfer deadline, and the run's teardown
   EXPECT_THAT(r.output, HasSubstr("trainer rank 1")) << r.output;
@@ -246,11 +255,8 @@ cat {2}.log
 echo "exit $rc after $(( (end - start) / 1000000 )) ms"
 )",
                                                      WT_BUILD_DIR, WT_CLI_PATH, config, port));
-  auto r = test::run_process("bash " + script + " 2>&1");
-  const auto at = r.output.rfind("exit ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  int rc = -1, ms = -1;
-  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "exit %d after %d ms", &rc, &ms), 2) << r.output;
+  const TimedRun r = run_timed(script);
+  const int rc = r.exit_code, ms = r.ms;
   EXPECT_NE(rc, 0) << r.output;
   EXPECT_LT(ms, 5000 + 4000) << r.output;
   // Rank 0 hears it from the control plane, rank 1 from its pair to the worker.

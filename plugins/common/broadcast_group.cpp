@@ -96,22 +96,10 @@ void BroadcastGroup::broadcast(void* data, std::size_t bytes, int root, const st
 }
 
 void BroadcastGroup::abort() {
-  // Each interrupt ends one of Gloo's waits; the broadcast may have more (one per child of the
-  // root), so interrupt until it returned.
-  using Clock = std::chrono::steady_clock;
-  const auto until = Clock::now() + std::chrono::seconds(5);
-  for (bool first = true;; first = false) {
-    {
-      std::lock_guard<std::mutex> l(abort_mu_);
-      aborted_ = true;
-      broken_ = true;
-      if (current_ == nullptr) return;
-      current_->abortWaitRecv();
-      current_->abortWaitSend();
-    }
-    if (!first && Clock::now() > until) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  interrupt_waits(abort_mu_, current_, [this] {
+    aborted_ = true;
+    broken_ = true;
+  });
 }
 
 }  // namespace wt::plugins

@@ -13,12 +13,15 @@
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -51,6 +54,27 @@ inline std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point
   return std::max(std::chrono::milliseconds(1),
                   std::chrono::duration_cast<std::chrono::milliseconds>(
                       until - std::chrono::steady_clock::now()));
+}
+
+// Stops the Gloo wait in progress (`current`, guarded by `mu`) and every later one: `mark()` (under
+// `mu`) records the abort for the waiting thread to see, then the wait is interrupted again until
+// it returned, since an interrupt ends one of Gloo's waits only (a broadcast's root waits once per
+// child). Gives up after 5 s.
+template <typename Mark>
+void interrupt_waits(std::mutex& mu, gloo::transport::UnboundBuffer* const& current, Mark&& mark) {
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  for (bool first = true;; first = false) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      mark();
+      if (current == nullptr) return;
+      current->abortWaitRecv();
+      current->abortWaitSend();
+    }
+    if (!first && Clock::now() > until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 // Little-endian integers in the frames that precede transfers on the mesh.

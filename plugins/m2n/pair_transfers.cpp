@@ -5,8 +5,6 @@
 
 #include <wt/sdk/errors.hpp>
 
-#include <thread>
-
 namespace wt::m2n {
 
 using sdk::fail;
@@ -35,32 +33,27 @@ void PairTransfers::discard() {
 
 void PairTransfers::post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
                               std::string what) {
-  if (broken_) fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; initialise again");
-  plugins::SigpipeBlocked no_sigpipe;
-  try {
-    plugins::gloo_call(what, [&] {
-      Op op;
-      op.buffer = mesh_->createUnboundBuffer(const_cast<void*>(data), bytes);
-      op.send = true;
-      op.buffer->send(peer, slot);
-      op.what = std::move(what);
-      ops_.push_back(std::move(op));
-    });
-  } catch (...) {
-    discard();
-    throw;
-  }
+  post(true, peer, slot, const_cast<void*>(data), bytes, std::move(what));
 }
 
 void PairTransfers::post_recv(int peer, uint64_t slot, void* data, std::size_t bytes,
                               std::string what) {
+  post(false, peer, slot, data, bytes, std::move(what));
+}
+
+void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::size_t bytes,
+                         std::string what) {
   if (broken_) fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; initialise again");
   plugins::SigpipeBlocked no_sigpipe;
   try {
     plugins::gloo_call(what, [&] {
       Op op;
       op.buffer = mesh_->createUnboundBuffer(data, bytes);
-      op.buffer->recv(peer, slot);
+      op.send = send;
+      if (send)
+        op.buffer->send(peer, slot);
+      else
+        op.buffer->recv(peer, slot);
       op.what = std::move(what);
       ops_.push_back(std::move(op));
     });
@@ -102,21 +95,10 @@ void PairTransfers::wait_all() {
 }
 
 void PairTransfers::abort() {
-  // An interrupt ends one wait; interrupt until wait_all moved on or returned.
-  using Clock = std::chrono::steady_clock;
-  const auto until = Clock::now() + std::chrono::seconds(5);
-  for (bool first = true;; first = false) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      aborted_ = true;
-      broken_ = true;
-      if (current_ == nullptr) return;
-      current_->abortWaitRecv();
-      current_->abortWaitSend();
-    }
-    if (!first && Clock::now() > until) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  plugins::interrupt_waits(mu_, current_, [this] {
+    aborted_ = true;
+    broken_ = true;
+  });
 }
 
 }  // namespace wt::m2n

@@ -47,6 +47,7 @@ class PairTransfers {
     bool send = false;
     std::string what;
   };
+  void post(bool send, int peer, uint64_t slot, void* data, std::size_t bytes, std::string what);
   void clear();
   std::shared_ptr<gloo::rendezvous::Context> mesh_;
   std::chrono::milliseconds timeout_;
