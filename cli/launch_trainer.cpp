@@ -145,6 +145,11 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     // A backend told to move CUDA memory (init_info.device: cuda:N) gets the checkpoint there.
     WeightSource* send_from = &source;
     std::unique_ptr<WeightSource> sharded;
+    if (cfg.shard_dim && cfg.init_info.contains("device") && cfg.init_info.at("device") != "cpu")
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("{}: 'source.shard' slices host memory; it cannot be combined with "
+                              "init_info.device {}",
+                              cfg.file, cfg.init_info.at("device").dump()));
     if (cfg.shard_dim)
       send_from = (sharded = std::make_unique<ShardedSource>(source, args.rank, cfg.trainer_ranks,
                                                              *cfg.shard_dim))

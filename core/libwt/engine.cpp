@@ -130,7 +130,14 @@ struct TrainerEngine::CheckedSource {
         d.shard_offset = m->shard_offset;
         d.shard_length = m->shard_length;
       }
+      if (m->struct_size >= offsetof(wt_param_meta, shard_length) + sizeof(int64_t) && m->sharded &&
+          m->shard_dim < 0)
+        throw Error(WT_ERR_INVALID_ARGUMENT,
+                    fmt::format("the weight source marks '{}' sharded along dimension {}", d.name,
+                                m->shard_dim));
     }
+    // Every pass's metadata, not only trainer_init's: a source may change what it declares.
+    check_shards(plugin, declared);
     fresh = true;
   }
   // The item `out` against the declaration at `index`; throws naming the first difference.

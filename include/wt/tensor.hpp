@@ -26,7 +26,8 @@ struct ParamMeta {
   // The shape of what this rank holds: the full shape, or the slice's.
   std::vector<int64_t> local_shape() const {
     auto s = shape;
-    if (sharded()) s[static_cast<std::size_t>(shard_dim)] = shard_length;
+    if (sharded() && static_cast<std::size_t>(shard_dim) < s.size())
+      s[static_cast<std::size_t>(shard_dim)] = shard_length;
     return s;
   }
 };

@@ -56,9 +56,11 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
                         "invalid {}: field 'tp_rules' must be a list of {{match, dim}}", r.what());
       for (std::size_t i = 0; i < rules.size(); ++i) {
         sdk::FieldReader rule(rules[i], fmt::format("{}, tp_rules[{}]", r.what(), i));
-        TpRule t{rule.get_string("match"), static_cast<int>(rule.get_int("dim"))};
+        std::string match = rule.get_string("match");
+        const int64_t dim = rule.get_int("dim");
         rule.finish();
-        if (t.dim < -1 || t.dim > 7)
+        TpRule t{std::move(match), static_cast<int>(dim)};
+        if (dim < -1 || dim > 7)
           sdk::fail_field("tp_rules", WT_ERR_INVALID_ARGUMENT,
                           "invalid {}: tp_rules[{}].dim must be -1 (whole) or a dimension 0..7",
                           r.what(), i);

@@ -1,5 +1,7 @@
 #include "m2n_schedule.hpp"
 
+#include <xxhash.h>
+
 namespace wt::m2n {
 
 PlanIndex::PlanIndex(const Plan& plan) {
@@ -45,6 +47,20 @@ std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
     }
   }
   return out;
+}
+
+std::vector<uint64_t> pair_digests(const std::vector<Transfer>& transfers,
+                                   const std::vector<std::string>& names, std::size_t peers) {
+  std::vector<uint64_t> d(peers, 0);
+  for (const Transfer& t : transfers) {
+    uint64_t& h = d[static_cast<std::size_t>(t.peer)];
+    const std::string& n = names[t.param];
+    h = XXH3_64bits_withSeed(n.data(), n.size(), h);
+    h = XXH3_64bits_withSeed(t.piece->box.lo.data(), t.piece->box.lo.size() * sizeof(int64_t), h);
+    h = XXH3_64bits_withSeed(t.piece->box.hi.data(), t.piece->box.hi.size() * sizeof(int64_t), h);
+    h = XXH3_64bits_withSeed(&t.bytes, sizeof t.bytes, h);
+  }
+  return d;
 }
 
 }  // namespace wt::m2n

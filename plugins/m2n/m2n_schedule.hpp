@@ -41,4 +41,10 @@ std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
 std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
                                   const std::vector<std::string>& names, int worker_rank);
 
+// Per peer (0 .. peers-1): a digest of what the pair moves in a round, in order (each piece's
+// parameter name, box and bytes). The frame carries it: two ends that would pair different pieces
+// (an update listing the tensors in another order, a different plan) refuse before a byte moves.
+std::vector<uint64_t> pair_digests(const std::vector<Transfer>& transfers,
+                                   const std::vector<std::string>& names, std::size_t peers);
+
 }  // namespace wt::m2n

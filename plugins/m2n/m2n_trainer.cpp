@@ -99,6 +99,7 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   sends_ = sends_of(plan_, *index_, names_, rank_);
   pair_pieces_.assign(static_cast<std::size_t>(workers), 0);
   pair_bytes_.assign(static_cast<std::size_t>(workers), 0);
+  pair_digests_ = pair_digests(sends_, names_, static_cast<std::size_t>(workers));
   for (const auto& t : sends_) {
     ++pair_pieces_[static_cast<std::size_t>(t.peer)];
     pair_bytes_[static_cast<std::size_t>(t.peer)] += t.bytes;
@@ -146,14 +147,25 @@ void M2nTrainer::send_weights(const sdk::SendArgs& args) {
   if (aborted_.aborted()) fail(WT_ERR_ABORTED, "the m2n trainer engine was aborted");
   if (!args.patches.empty())
     fail(WT_ERR_INVALID_ARGUMENT, "m2n is a full-resync backend: send_weights takes no patches");
+  if (transfers_->broken())
+    fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; create the trainer engine again");
+  // Whatever fails this round on this rank (the start call, the source, a transfer) closes the
+  // pairs, so every other rank and worker stops at once instead of at its deadline.
+  try {
+    run_round(args);
+  } catch (...) {
+    transfers_->discard();
+    throw;
+  }
+}
+
+void M2nTrainer::run_round(const sdk::SendArgs& args) {
   std::string first;
   if (!same_model(source_.metadata(), meta_, &first))
     fail(WT_ERR_INVALID_ARGUMENT,
          "the weight source declares another model than at trainer_init (first difference: "
          "'{}'): the m2n plan is fixed then; create the trainer engine again",
          first);
-  if (transfers_->broken())
-    fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; create the trainer engine again");
   auto pass = source_.begin();
   std::vector<wt_tensor> tensors;
   tensors.reserve(meta_.size());
@@ -203,7 +215,7 @@ void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t roun
   frames_.assign(workers, Frame{});
   auto& frames = frames_;
   for (std::size_t w = 0; w < workers; ++w) {
-    frames[w] = make_frame(round, pair_pieces_[w], pair_bytes_[w]);
+    frames[w] = make_frame(round, pair_pieces_[w], pair_bytes_[w], pair_digests_[w]);
     transfers_->post_send(ranks_ + static_cast<int>(w), slot(round, 0), frames[w].data(),
                           kFrameBytes, fmt::format("the round's frame to worker rank {}", w));
   }

@@ -34,6 +34,7 @@ class M2nTrainer final : public sdk::TrainerBase {
   const Plan& plan() const { return plan_; }
 
  private:
+  void run_round(const sdk::SendArgs& args);
   // Posts the round's frames and pieces, then waits for them; a failure leaves the mesh broken.
   void send_round(const std::vector<wt_tensor>& tensors, uint32_t round);
   void post_round(const std::vector<wt_tensor>& tensors, uint32_t round);
@@ -47,8 +48,8 @@ class M2nTrainer final : public sdk::TrainerBase {
   std::vector<std::string> names_;
   Plan plan_;
   std::unique_ptr<PlanIndex> index_;
-  std::vector<Transfer> sends_;                     // this rank's pieces, in schedule order
-  std::vector<uint64_t> pair_pieces_, pair_bytes_;  // per worker rank
+  std::vector<Transfer> sends_;  // this rank's pieces, in schedule order
+  std::vector<uint64_t> pair_pieces_, pair_bytes_, pair_digests_;  // per worker rank
   uint32_t round_ = 0;
   std::vector<Frame> frames_;                       // the round's frames, one per worker rank
   std::vector<std::vector<unsigned char>> packed_;  // the round's strided pieces, made compact

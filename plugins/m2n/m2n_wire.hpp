@@ -1,6 +1,7 @@
 // What goes on a (trainer rank, worker rank) pair each round: first a frame (magic, round number,
-// pieces, bytes), then the pair's pieces in schedule order, message n on slot slot(round, n). A
-// worker whose frame disagrees with what its plan expects takes none of the round's bytes.
+// pieces, bytes, the digest of the pair's schedule), then the pair's pieces in schedule order,
+// message n on slot slot(round, n). A worker whose frame disagrees with what its plan expects takes
+// none of the round's bytes.
 #pragma once
 
 #include "../common/gloo_mesh.hpp"
@@ -11,16 +12,17 @@
 
 namespace wt::m2n {
 
-constexpr std::size_t kFrameBytes = 24;
+constexpr std::size_t kFrameBytes = 32;
 using Frame = std::array<unsigned char, kFrameBytes>;
 constexpr unsigned char kFrameMagic[4] = {'W', 'T', 'M', '1'};
 
-inline Frame make_frame(uint32_t round, uint64_t pieces, uint64_t bytes) {
+inline Frame make_frame(uint32_t round, uint64_t pieces, uint64_t bytes, uint64_t digest) {
   Frame f{};
   std::memcpy(f.data(), kFrameMagic, 4);
   plugins::put_le(f.data() + 4, round, 4);
   plugins::put_le(f.data() + 8, pieces, 8);
   plugins::put_le(f.data() + 16, bytes, 8);
+  plugins::put_le(f.data() + 24, digest, 8);
   return f;
 }
 

@@ -174,16 +174,24 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
     transfers_->post_recv(static_cast<int>(k), slot(round, 0), frames[k].data(), kFrameBytes,
                           fmt::format("the round's frame from trainer rank {}", k));
   transfers_->wait_all();
+  const auto digests = pair_digests(receives, names, trainers);
   for (std::size_t k = 0; k < trainers; ++k) {
-    const Frame want = make_frame(round, pieces[k], bytes[k]);
+    const Frame want = make_frame(round, pieces[k], bytes[k], digests[k]);
     if (frames[k] != want) {
       transfers_->discard();
       const unsigned char* f = frames[k].data();
-      fail(WT_ERR_REMOTE,
-           "trainer rank {} sends round {} with {} piece(s), {} bytes for worker rank {}; this "
-           "worker expects round {} with {} piece(s), {} bytes from it; nothing of it was taken",
-           k, plugins::get_le(f + 4, 4), plugins::get_le(f + 8, 8), plugins::get_le(f + 16, 8),
-           worker_rank_, round, pieces[k], bytes[k]);
+      if (std::memcmp(f, kFrameMagic, 4) != 0)
+        fail(WT_ERR_REMOTE,
+             "trainer rank {} sent worker rank {} something that is not an m2n frame; nothing of "
+             "the round was taken",
+             k, worker_rank_);
+      fail(
+          WT_ERR_REMOTE,
+          "trainer rank {} sends round {} with {} piece(s), {} bytes (schedule {:016x}) for worker "
+          "rank {}; this worker expects round {} with {} piece(s), {} bytes (schedule {:016x}) "
+          "from it; nothing of it was taken",
+          k, plugins::get_le(f + 4, 4), plugins::get_le(f + 8, 8), plugins::get_le(f + 16, 8),
+          plugins::get_le(f + 24, 8), worker_rank_, round, pieces[k], bytes[k], digests[k]);
     }
   }
   try {

@@ -65,6 +65,8 @@ void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::si
 
 void PairTransfers::wait_all() {
   plugins::SigpipeBlocked no_sigpipe;
+  // One deadline for the round's messages, not one each: a peer trickling bytes cannot stretch it.
+  const auto until = std::chrono::steady_clock::now() + timeout_;
   try {
     for (Op& op : ops_) {
       {
@@ -75,7 +77,8 @@ void PairTransfers::wait_all() {
       bool done = false;
       try {
         plugins::gloo_call(op.what, [&] {
-          done = op.send ? op.buffer->waitSend(timeout_) : op.buffer->waitRecv(timeout_);
+          const auto left = plugins::time_left(until);
+          done = op.send ? op.buffer->waitSend(left) : op.buffer->waitRecv(left);
         });
       } catch (...) {
         std::lock_guard<std::mutex> l(mu_);

@@ -336,8 +336,10 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
       bad(gw, "'shape' must be an array of at most 8 integers");
     g.shape = get_ints(gj, "shape", gw, gj.at("shape").size(), 1, int64_t{1} << 40);
     unsigned __int128 numel = 1;
-    for (int64_t d : g.shape) numel *= static_cast<uint64_t>(d);
-    if (numel > (uint64_t{1} << 50)) bad(gw, "the shape has more than 2^50 elements");
+    for (int64_t d : g.shape) {  // bounded at every step: 8 factors of 2^40 would wrap even this
+      numel *= static_cast<uint64_t>(d);
+      if (numel > (uint64_t{1} << 50)) bad(gw, "the shape has more than 2^50 elements");
+    }
     model += numel * element_size(g.dtype) * g.names.size();
     if (model * static_cast<uint64_t>(plan.inference.worker_ranks()) > (uint64_t{1} << 62))
       bad(what, "the model times the worker ranks is more than 2^62 bytes");
