@@ -8,6 +8,8 @@
 
 #include <map>
 #include <memory>
+#include <string_view>
+#include <unordered_set>
 
 namespace wt::m2n {
 
@@ -67,7 +69,10 @@ Layout layout_from_holdings(const std::vector<std::vector<ParamMeta>>& per_rank,
   }
   // Parameters alike in dtype, shape, holdings and TP rule share a group (planned once).
   std::map<std::string, std::size_t> group_of;
+  std::unordered_set<std::string_view> seen;
   for (std::size_t i = 0; i < base.size(); ++i) {
+    if (!seen.insert(base[i].name).second)
+      fail(WT_ERR_INVALID_ARGUMENT, "the weight source declares '{}' twice", base[i].name);
     int tp_dim = -1;
     for (const auto& r : rules)
       if (glob_match(r.match, base[i].name)) {

@@ -95,6 +95,9 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   inference.tensor_parallel = static_cast<int>(info.tensor_parallel);
   inference.replicas = workers / inference.tensor_parallel;
   plan_ = compute_plan(layout_from_holdings(per_rank, inference, info.tp_rules));
+  // What the workers will accept, checked here: a plan they would refuse fails trainer_init now,
+  // naming the parameter, instead of after the rendezvous deadline.
+  plan_from_json(plan_to_json(plan_), "the m2n plan this trainer made");
   index_ = std::make_unique<PlanIndex>(plan_);
   sends_ = sends_of(plan_, *index_, names_, rank_);
   pair_pieces_.assign(static_cast<std::size_t>(workers), 0);
