@@ -9,6 +9,7 @@
 #include "training_step.hpp"
 
 #include <wt/delta.hpp>
+#include <wt/dtype.hpp>
 #include <wt/registry.hpp>
 #include <wt/services/checksum.hpp>
 #include <wt/services/fan_out_client.hpp>
@@ -93,7 +94,7 @@ class TensorParallelSlices {
     const auto box = m2n::needed_box(m.shape, dim_of(m), tp_, k % tp_);
     std::vector<int64_t> extent(m.shape.size());
     for (std::size_t d = 0; d < extent.size(); ++d) extent[d] = box.hi[d] - box.lo[d];
-    const std::size_t elem = (static_cast<std::size_t>(m.dtype.bits) * m.dtype.lanes + 7) / 8;
+    const std::size_t elem = element_size(m.dtype);
     const auto strides = m2n::compact_strides(m.shape);
     uint64_t n = elem;
     for (auto e : extent) n *= static_cast<uint64_t>(e);

@@ -5,6 +5,7 @@
 // shards (WT_CAP_SHARDED_SOURCE: m2n) take such a source.
 #pragma once
 
+#include <wt/dtype.hpp>
 #include <wt/weight_source.hpp>
 
 #include <algorithm>
@@ -52,7 +53,7 @@ class ShardedSource final : public WeightSource {
       for (int d = t.ndim - 1; d > 0; --d) strides[d - 1] = strides[d] * t.shape[d];
     }
     shapes_[i] = m.local_shape();
-    const std::size_t elem = (static_cast<std::size_t>(t.dtype.bits) * t.dtype.lanes + 7) / 8;
+    const std::size_t elem = element_size(t.dtype);
     t.byte_offset += static_cast<uint64_t>(m.shard_offset * strides[m.shard_dim]) * elem;
     t.shape = shapes_[i].data();
     // A slice along dimension 0 of a compact tensor is compact itself.

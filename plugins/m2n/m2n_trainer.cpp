@@ -8,6 +8,7 @@
 #include "m2n_holdings.hpp"
 #include "m2n_wire.hpp"
 
+#include <wt/dtype.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 
 namespace wt::m2n {
@@ -29,10 +30,6 @@ bool same_model(const std::vector<ParamMeta>& a, const std::vector<ParamMeta>& b
     }
   }
   return true;
-}
-
-std::size_t element_bytes(const ParamMeta& m) {
-  return (static_cast<std::size_t>(m.dtype.bits) * m.dtype.lanes + 7) / 8;
 }
 
 }  // namespace
@@ -233,7 +230,7 @@ void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t roun
       lo[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
       hi[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
     }
-    const std::size_t elem = element_bytes(m);
+    const std::size_t elem = element_size(m.dtype);
     const auto strides = src.strides != nullptr
                              ? std::vector<int64_t>(src.strides, src.strides + src.ndim)
                              : compact_strides(shape);

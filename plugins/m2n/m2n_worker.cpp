@@ -218,7 +218,7 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
     const GroupPlan& g = plan_.groups[index_->find(params[i].name)->group];
     needed[i] = needed_box(g.shape, g.tp_dim, tp, worker_rank_ % tp);
     shapes[i].resize(g.shape.size());
-    uint64_t n = (static_cast<uint64_t>(g.dtype.bits) * g.dtype.lanes + 7) / 8;
+    uint64_t n = element_size(g.dtype);
     for (std::size_t d = 0; d < g.shape.size(); ++d) {
       shapes[i][d] = needed[i].hi[d] - needed[i].lo[d];
       n *= static_cast<uint64_t>(shapes[i][d]);
@@ -245,9 +245,7 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
   try {
     for (const Transfer& t : receives) {
       const auto& name = params[t.param].name;
-      const std::size_t elem =
-          (static_cast<std::size_t>(params[t.param].dtype.bits) * params[t.param].dtype.lanes + 7) /
-          8;
+      const std::size_t elem = element_size(params[t.param].dtype);
       std::vector<int64_t> lo = t.piece->box.lo, hi = t.piece->box.hi;
       for (std::size_t d = 0; d < lo.size(); ++d) {
         lo[d] -= needed[t.param].lo[d];
@@ -277,7 +275,7 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
   transfers_->wait_all();
   for (const Unpack& u : unpacks) {
     const auto& p = params[u.param];
-    const std::size_t elem = (static_cast<std::size_t>(p.dtype.bits) * p.dtype.lanes + 7) / 8;
+    const std::size_t elem = element_size(p.dtype);
     const auto strides = compact_strides(shapes[u.param]);
     copy_box(place[u.param] + static_cast<std::size_t>(box_offset(strides, u.lo)) * elem, strides,
              u.bytes.data(), compact_strides(u.extent), u.extent, elem);
