@@ -1,6 +1,7 @@
 // `wt launch CONFIG.yaml`: runs a weight sync end to end from a YAML config. The coordinator
 // prepares the checkpoint, starts the receiver (an embedded `wt serve`, or a given URL), runs one
 // process per trainer rank, draws progress, verifies every round and prints a summary.
+#include "cluster_place.hpp"
 #include "commands.hpp"
 #include "launch_config.hpp"
 #include "launch_trainer.hpp"
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace wt::cli {
@@ -59,6 +61,9 @@ std::vector<std::string> prepare_checkpoint(const LaunchConfig& cfg, bool quiet)
   try {
     return write_synthetic_checkpoint(dir, layout, g.seed, g.shards);
   } catch (const Error& e) {
+    // Another rank on this host (under a cluster launcher) finished the same one first.
+    if (generated_checkpoint_present(dir, layout, g.seed, g.shards))
+      return expand_checkpoint_paths({dir});
     throw Error(e.code(), fmt::format("{}: source.generate.dir: {}", cfg.file, e.what()));
   }
 }
@@ -98,6 +103,7 @@ struct Checkpoint {
 // Step 1: the config's init info against the receivers' world sizes (asked of a given URL, an
 // embedded wt serve has one worker), then the checkpoint, generated if need be and validated.
 Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
+  check_rendezvous_reaches_receivers(cfg, cfg.receiver_urls);
   std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0, 1);
   if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
       !cfg.init_info.contains("world_size"))
@@ -265,10 +271,12 @@ RunEvents follow_ranks(const LaunchConfig& cfg, std::vector<std::unique_ptr<Chil
 bool reap(std::vector<std::unique_ptr<Child>>& ranks, Receivers& receivers,
           std::vector<std::string>& errors) {
   bool ranks_ok = true;
+  const std::size_t rank0_errors = errors.size();  // rank 0's, from follow_ranks
   for (std::size_t k = 0; k < ranks.size(); ++k) {
     int rc = ranks[k]->wait();
     if (k > 0) pass_through(*ranks[k], fmt::format("rank {}", k));
     if (rc != 0) ranks_ok = false;
+    const std::size_t before = k == 0 ? 0 : errors.size();
     if (k > 0) {
       const std::string& out = ranks[k]->output();
       for (std::size_t pos = 0; (pos = out.find("\"event\":\"error\"", pos)) != std::string::npos;
@@ -279,8 +287,13 @@ bool reap(std::vector<std::unique_ptr<Child>>& ranks, Receivers& receivers,
         errors.push_back(fmt::format("rank {}: {}", k, ev.value("message", "")));
       }
     }
-    if (rc != 0 && errors.empty())
-      errors.push_back(fmt::format("rank {} exited with status {}", k, rc));
+    // A rank that died without a word (killed, say) is named: its peers' errors only say that
+    // a peer went away.
+    const bool said = k == 0 ? rank0_errors > 0 : errors.size() > before;
+    if (rc != 0 && !said)
+      errors.push_back(rc > 128 ? fmt::format("trainer rank {} was killed by signal {} ({})", k,
+                                              rc - 128, strsignal(rc - 128))
+                                : fmt::format("trainer rank {} exited with status {}", k, rc));
   }
   for (auto& r : receivers.children) r->kill(SIGTERM);
   for (auto& r : receivers.children) r->wait();
@@ -405,6 +418,62 @@ int run_coordinator(const LaunchConfig& cfg, bool json) {
   return ok ? 0 : 1;
 }
 
+// `--rank-from-env`: this process is one trainer rank of a job a cluster launcher started (on
+// this host or another); the receivers are running deployments. Rank 0 verifies and reports.
+int run_rank_from_env(const LaunchConfig& cfg) {
+  if (cfg.embedded_receiver)
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: --rank-from-env runs one trainer rank of a job; its receivers "
+                            "must be running deployments: set receiver.urls (docs/cluster.md)",
+                            cfg.file));
+  for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
+  const ClusterPlace place =
+      resolve_cluster_place(cfg, [](const char* n) { return std::getenv(n); });
+  const std::string me = fmt::format("rank {}", place.rank);
+  for (const auto& line : describe(place)) fmt::print(stderr, "wt launch: {}: {}\n", me, line);
+  const Checkpoint ckpt = check_config(cfg, place.local_rank != 0);
+  if (place.rank == 0)
+    fmt::print(
+        "wt launch: backend {} | {} trainer rank(s) | {} tensors, {} GB | receiver{} {} | "
+        "{} round(s)\n",
+        cfg.backend, place.world_size, ckpt.tensors, gb(static_cast<double>(ckpt.total)),
+        cfg.receiver_urls.size() > 1 ? "s" : "", fmt::join(cfg.receiver_urls, ", "), cfg.rounds);
+  std::fflush(stdout);
+  TrainerRankArgs args;
+  args.rank = place.rank;
+  args.receiver_urls = cfg.receiver_urls;
+  args.checkpoint_files = ckpt.files;
+  args.cluster = &place;
+  int rounds = 0;  // reported by rank 0
+  bool all_verified = true;
+  args.on_event = [&](const nlohmann::json& ev) {
+    const std::string kind = ev.value("event", "");
+    if (kind == "round") {
+      const RoundResult r = round_from_event(ev);
+      ++rounds;
+      if (cfg.verify && !(r.has_verify && r.verified)) all_verified = false;
+      if (place.rank == 0) print_round_line(r, cfg.rounds);
+    } else if (kind == "init" && place.rank == 0) {
+      fmt::print("  trainer_init: {:.3f} s ({} {})\n", ev["seconds"].get<double>(),
+                 ev.value("plugin", ""), ev.value("plugin_version", ""));
+    } else if (kind == "error") {
+      fmt::print(stderr, "wt launch: {}: error: {}\n", me, ev.value("message", ""));
+    }
+    std::fflush(stdout);
+  };
+  const int rc = run_trainer_rank(cfg, args);
+  // Rank 0 reports the rounds (the others' end in its); it judges them.
+  const bool ok = rc == 0 && (place.rank != 0 || (rounds == cfg.rounds && all_verified));
+  if (place.rank == 0)
+    fmt::print("\n{}\n", !ok          ? "FAILED"
+                         : cfg.verify ? "OK: every round verified"
+                                      : "OK: every round completed (not verified)");
+  else
+    fmt::print(stderr, "wt launch: {}: {}\n", me,
+               ok ? fmt::format("done, {} round(s)", cfg.rounds) : std::string("FAILED"));
+  return ok ? 0 : 1;
+}
+
 // `--dry-run`: what a run of this config would start and where, without starting anything. Under a
 // cluster launcher, also where this process sits in the job, and whether that agrees with the
 // config.
@@ -427,27 +496,16 @@ int print_dry_run(const LaunchConfig& cfg) {
   else
     for (const auto& url : cfg.receiver_urls) fmt::print("receiver: {}\n", url);
   fmt::print("rounds: {}{}\n", cfg.rounds, cfg.verify ? ", each verified" : "");
-  const auto place = place_from_env([](const char* n) { return std::getenv(n); });
-  if (!place) {
+  check_rendezvous_reaches_receivers(cfg, cfg.receiver_urls);
+  const Getenv getenv = [](const char* n) { return std::getenv(n); };
+  if (!place_from_env(getenv)) {
     fmt::print(
         "launcher: none found in the environment (RANK/WORLD_SIZE, SLURM_PROCID/"
         "SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE): wt launch starts every rank itself\n");
     return 0;
   }
-  fmt::print("launcher: {} (from {})\n", place->source, fmt::join(place->variables, ", "));
-  fmt::print("  this process: trainer rank {} of {}, local rank {}\n", place->rank,
-             place->world_size, place->local_rank);
-  if (!place->master_addr.empty())
-    fmt::print("  rendezvous host: {}{}\n", place->master_addr,
-               place->master_port ? fmt::format(" (the launcher's store: port {}, which wt does "
-                                                "not bind)",
-                                                place->master_port)
-                                  : "");
-  if (place->world_size != cfg.trainer_ranks)
-    throw Error(WT_ERR_INVALID_ARGUMENT,
-                fmt::format("{}: trainer.ranks is {}, but the launcher ({}) says the world size "
-                            "is {}",
-                            cfg.file, cfg.trainer_ranks, place->source, place->world_size));
+  // What `--rank-from-env` would do here, or why it would refuse.
+  for (const auto& line : describe(resolve_cluster_place(cfg, getenv))) fmt::print("{}\n", line);
   return 0;
 }
 
@@ -458,7 +516,7 @@ Run add_launch_command(CLI::App& app) {
       app.add_subcommand("launch", "Run a weight sync from a YAML config (see docs/config.md)");
   struct Opts {
     std::string config;
-    bool json = false, dry_run = false;
+    bool json = false, dry_run = false, rank_from_env = false;
     TrainerRankArgs trainer;
   };
   auto o = std::make_shared<Opts>();
@@ -467,6 +525,10 @@ Run add_launch_command(CLI::App& app) {
   cmd->add_flag("--dry-run", o->dry_run,
                 "Print what would run, and where this process sits under a cluster launcher "
                 "(torchrun, SLURM, Open MPI), without starting anything");
+  cmd->add_flag("--rank-from-env", o->rank_from_env,
+                "Run only this process's trainer rank, as a cluster launcher (torchrun, SLURM, "
+                "Open MPI, a Ray framework) placed it; the receivers are running deployments "
+                "(see docs/cluster.md)");
   // The coordinator runs each trainer rank as `wt launch CONFIG --trainer-rank K ...`.
   auto* rank = cmd->add_option("--trainer-rank", o->trainer.rank)->group("");
   cmd->add_option("--receiver-url", o->trainer.receiver_urls)->group("");
@@ -475,6 +537,7 @@ Run add_launch_command(CLI::App& app) {
   return [o, rank]() {
     LaunchConfig cfg = load_launch_config(o->config);
     if (o->dry_run) return print_dry_run(cfg);
+    if (o->rank_from_env) return run_rank_from_env(cfg);
     if (*rank) return run_trainer_rank(cfg, o->trainer);
     return run_coordinator(cfg, o->json);
   };

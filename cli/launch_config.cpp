@@ -151,9 +151,15 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
   }
   if (top.has("trainer")) {
     Section t(top.get("trainer"), path, "trainer");
+    c.trainer_ranks_given = t.has("ranks");
     c.trainer_ranks = t.scalar<int>("ranks", "an integer", 1);
     if (c.trainer_ranks < 1 || c.trainer_ranks > 64)
       t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
+    c.group_address = t.string("group_address", "");
+    c.group_port = t.scalar<int>("group_port", "an integer", c.group_port);
+    if (c.group_port < 1 || c.group_port > 65535)
+      t.fail(t.get("group_port"), "'trainer.group_port' must be a port, 1..65535");
+    c.secret_file = t.string("secret_file", "");
     c.group_timeout_s = t.seconds("group_timeout_s", 60);
     c.weights_in_shared_memory = t.scalar<bool>("weights_in_shared_memory", "true or false", false);
     t.finish();
@@ -196,11 +202,16 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
   }
   if (top.has("receiver")) {
     Section r(top.get("receiver"), path, "receiver");
-    // url: one URL, or a list of them (one per deployment).
-    if (r.has("url")) {
-      auto n = r.get("url");
+    // url: one URL, or a list of them (one per deployment); urls: the list.
+    if (r.has("url") && r.has("urls"))
+      r.fail(r.get("urls"), "'receiver.url' and 'receiver.urls' exclude each other");
+    if (r.has("urls") && !r.get("urls").IsSequence())
+      r.fail(r.get("urls"), "'receiver.urls' must be a list of URLs");
+    if (r.has("url") || r.has("urls")) {
+      const char* key = r.has("url") ? "url" : "urls";
+      auto n = r.get(key);
       if (n.IsScalar())
-        c.receiver_urls.push_back(r.string("url"));
+        c.receiver_urls.push_back(r.string(key));
       else if (n.IsSequence() && n.size() > 0)
         for (const auto& x : n) {
           if (!x.IsScalar() || x.Scalar().empty())
@@ -212,7 +223,8 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
     }
     c.embedded_receiver = r.scalar<bool>("embedded", "true or false", c.receiver_urls.empty());
     if (c.embedded_receiver && !c.receiver_urls.empty())
-      r.fail(r.get("url"), "'receiver.url' and 'receiver.embedded: true' exclude each other");
+      r.fail(r.get(r.has("url") ? "url" : "urls"),
+             "'receiver.url' and 'receiver.embedded: true' exclude each other");
     if (!c.embedded_receiver && c.receiver_urls.empty())
       r.fail(r.node(), "'receiver.embedded: false' needs 'receiver.url'");
     c.receiver_count = r.scalar<int>("count", "an integer", 1);

@@ -21,7 +21,15 @@ struct LaunchConfig {
   std::map<std::string, std::pair<int, int>> init_info_marks;  // key -> (line, column), 1-based
 
   int trainer_ranks = 1;
+  bool trainer_ranks_given = false;  // written in the file (a launcher's world size must agree)
   double group_timeout_s = 60;
+  // Under a cluster launcher (`--rank-from-env`, docs/cluster.md): where trainer rank 0 hosts the
+  // trainer group's rendezvous (empty: the launcher's MASTER_ADDR or first SLURM host), on which
+  // port (never the launcher's MASTER_PORT), and a file holding the group's secret (empty:
+  // $WT_TRAINER_SECRET).
+  std::string group_address;
+  int group_port = 29510;
+  std::string secret_file;
   // Each trainer process reads the checkpoint into /dev/shm instead of mapping it copy-on-write.
   bool weights_in_shared_memory = false;
 

@@ -1,5 +1,6 @@
 #include "launch_trainer.hpp"
 
+#include "cluster_trainer_group.hpp"
 #include "device_option.hpp"
 #include "device_source.hpp"
 #include "sharded_source.hpp"
@@ -30,9 +31,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Where emit() sends the events: set once by run_trainer_rank (one rank per process).
+std::function<void(const nlohmann::json&)> g_sink;
+
 void emit(const nlohmann::json& event) {
   static std::mutex mu;
   std::lock_guard<std::mutex> l(mu);
+  if (g_sink) return g_sink(event);
   std::string line = event.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
@@ -113,6 +118,8 @@ class TensorParallelSlices {
 }  // namespace
 
 int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
+  g_sink = args.on_event;
+  const int ranks = args.cluster ? args.cluster->world_size : cfg.trainer_ranks;
   try {
     for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
     SafetensorsSource checkpoint(args.checkpoint_files,
@@ -139,10 +146,11 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     }
     FanOutClient client(replicas);
     std::unique_ptr<TrainerGroup> group;
-    if (cfg.trainer_ranks > 1)
-      group = make_gloo_trainer_group(
-          args.rank, cfg.trainer_ranks, args.rendezvous_dir,
-          std::chrono::milliseconds(static_cast<int64_t>(cfg.group_timeout_s * 1000)));
+    const std::chrono::milliseconds group_timeout(static_cast<int64_t>(cfg.group_timeout_s * 1000));
+    if (args.cluster != nullptr && ranks > 1)
+      group = join_cluster_trainer_group(*args.cluster, group_timeout);
+    else if (ranks > 1)
+      group = make_gloo_trainer_group(args.rank, ranks, args.rendezvous_dir, group_timeout);
     // A backend told to move CUDA memory (init_info.device: cuda:N) gets the checkpoint there.
     WeightSource* send_from = &source;
     std::unique_ptr<WeightSource> sharded;
@@ -152,9 +160,9 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
                               "init_info.device {}",
                               cfg.file, cfg.init_info.at("device").dump()));
     if (cfg.shard_dim)
-      send_from = (sharded = std::make_unique<ShardedSource>(source, args.rank, cfg.trainer_ranks,
-                                                             *cfg.shard_dim))
-                      .get();
+      send_from =
+          (sharded = std::make_unique<ShardedSource>(source, args.rank, ranks, *cfg.shard_dim))
+              .get();
     std::unique_ptr<WeightSource> device_source;
     if (auto d = cfg.init_info.find("device");
         d != cfg.init_info.end() && d->is_string() && d->get<std::string>() != "cpu")
@@ -234,6 +242,9 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       if (args.rank == 0) emit(ev);
       if (!sparse && r + 1 < cfg.rounds)
         perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
+      // The ranks start each round together, as a training loop's optimizer step makes them:
+      // otherwise rank 0's verification would count against the others' transfer deadline.
+      if (group != nullptr && r + 1 < cfg.rounds) group->barrier();
     }
     return 0;
   } catch (const std::exception& e) {

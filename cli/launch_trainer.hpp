@@ -3,8 +3,12 @@
 // {"event":"error",...}.
 #pragma once
 
+#include "cluster_place.hpp"
 #include "launch_config.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,8 +17,13 @@ namespace wt::cli {
 struct TrainerRankArgs {
   int rank = 0;
   std::vector<std::string> receiver_urls;  // every call goes to all (wt::FanOutClient)
-  std::string rendezvous_dir;
+  std::string rendezvous_dir;  // the trainer group of ranks the coordinator started on this host
   std::vector<std::string> checkpoint_files;
+  // A rank a cluster launcher started (`--rank-from-env`): its rank and world size, and the
+  // trainer group it joins across hosts instead of the rendezvous directory.
+  const ClusterPlace* cluster = nullptr;
+  // Where the events go (one call at a time); default: a JSON line each on stdout.
+  std::function<void(const nlohmann::json&)> on_event;
 };
 
 int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args);

@@ -120,12 +120,13 @@ std::vector<std::string> expand_slurm_nodelist(std::string_view list, std::size_
 
 std::optional<LauncherPlace> place_from_env(const Getenv& getenv) {
   struct Launcher {
-    const char *source, *rank, *size, *local;
+    const char *source, *rank, *size, *local, *local_size;  // local_size: ranks on this host
   };
   static constexpr Launcher kLaunchers[] = {
-      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-      {"SLURM", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}};
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+      {"SLURM", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"}};
   constexpr int kMaxWorld = 1 << 20;
   for (const Launcher& l : kLaunchers) {
     const char* rank = getenv(l.rank);
@@ -145,6 +146,13 @@ std::optional<LauncherPlace> place_from_env(const Getenv& getenv) {
       bad(fmt::format("{}={} is not below {}={} (set by the launcher: {})", l.rank, p.rank, l.size,
                       p.world_size, l.source));
     if (const char* local = r.get(l.local)) p.local_rank = r.number(l.local, local, 0, p.rank);
+    if (const char* n = l.local_size ? r.get(l.local_size) : nullptr) {
+      const int here = r.number(l.local_size, n, 1, p.world_size);
+      if (p.local_rank >= here)
+        bad(fmt::format("{}={} is not below {}={} (set by the launcher: {})", l.local, p.local_rank,
+                        l.local_size, here, l.source));
+      p.hosts = (p.world_size + here - 1) / here;
+    }
     if (p.source == std::string("torchrun")) {
       if (const char* a = r.get("MASTER_ADDR")) p.master_addr = a;
       if (const char* port = r.get("MASTER_PORT"))
@@ -155,7 +163,11 @@ std::optional<LauncherPlace> place_from_env(const Getenv& getenv) {
     } else if (p.source == std::string("SLURM")) {
       const char* list = r.get("SLURM_STEP_NODELIST");
       if (list == nullptr) list = r.get("SLURM_JOB_NODELIST");
-      if (list != nullptr && *list != '\0') p.master_addr = expand_slurm_nodelist(list).front();
+      if (list != nullptr && *list != '\0') {
+        const auto hosts = expand_slurm_nodelist(list);
+        p.master_addr = hosts.front();
+        p.hosts = static_cast<int>(hosts.size());
+      }
     }
     return p;
   }

@@ -15,16 +15,20 @@ struct LauncherPlace {
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr;  // empty: none given (SLURM without a node list, Open MPI)
   int master_port = 0;      // 0: none given (the launcher's own store holds it; wt never binds it)
-  std::string source;       // "torchrun", "SLURM" or "Open MPI": which variables decided
+  // How many hosts the job's ranks run on, where the launcher tells (torchrun's LOCAL_WORLD_SIZE,
+  // SLURM's node list, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE); 0: it does not.
+  int hosts = 0;
+  std::string source;                  // "torchrun", "SLURM" or "Open MPI": which variables decided
   std::vector<std::string> variables;  // the variables read, in the order read
 };
 
 using Getenv = std::function<const char*(const char*)>;
 
 // The first launcher whose rank and world-size variables are set decides, in this order:
-// torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), SLURM (SLURM_PROCID,
-// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_STEP_NODELIST or SLURM_JOB_NODELIST),
-// Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK). nullopt when none is. Throws wt::Error
+// torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), SLURM
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_STEP_NODELIST or
+// SLURM_JOB_NODELIST), Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE). nullopt
+// when none is. Throws wt::Error
 // (WT_ERR_INVALID_ARGUMENT) naming the variables for values that are not numbers, a rank outside
 // the world size, or a launcher whose variables contradict each other (RANK=3 with
 // WORLD_SIZE=2; half of a launcher's pair set).

@@ -188,28 +188,42 @@ TEST(Launch, DryRunSaysWhereThisProcessSitsUnderEachLauncherAndStartsNothing) {
   const std::string clean =
       "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT -u SLURM_PROCID "
       "-u SLURM_NTASKS -u SLURM_LOCALID -u SLURM_STEP_NODELIST -u SLURM_JOB_NODELIST "
-      "-u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE ";
+      "-u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u LOCAL_WORLD_SIZE ";
   auto plain = test::run_process(clean + WT_CLI_PATH + " launch " + config + " --dry-run");
   EXPECT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_THAT(plain.output, HasSubstr("trainer ranks: 2"));
   EXPECT_THAT(plain.output, HasSubstr("launcher: none found"));
   auto torchrun = test::run_process(
-      "env -u SLURM_PROCID RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 "
-      "MASTER_ADDR=10.1.2.3 MASTER_PORT=29500 " +
-      std::string(WT_CLI_PATH) + " launch " + config + " --dry-run");
+      "env -u SLURM_PROCID RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 "
+      "MASTER_ADDR=10.1.2.3 MASTER_PORT=29500 WT_TRAINER_SECRET=" +
+      std::string(64, '7') + " " + std::string(WT_CLI_PATH) + " launch " + config + " --dry-run");
   EXPECT_EQ(torchrun.exit_code, 0) << torchrun.output;
   EXPECT_THAT(torchrun.output,
-              HasSubstr("launcher: torchrun (from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, "
-                        "MASTER_PORT)"));
-  EXPECT_THAT(torchrun.output, HasSubstr("this process: trainer rank 1 of 2, local rank 1"));
-  EXPECT_THAT(torchrun.output, HasSubstr("rendezvous host: 10.1.2.3"));
+              HasSubstr("launcher: torchrun (from RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, "
+                        "MASTER_ADDR, MASTER_PORT)"));
+  EXPECT_THAT(torchrun.output, HasSubstr("this process: trainer rank 1 of 2, local rank 0, the "
+                                         "job on 2 host(s)"));
+  EXPECT_THAT(torchrun.output, HasSubstr("launcher's store: 10.1.2.3:29500 (MASTER_PORT, which wt "
+                                         "does not bind)"));
+  EXPECT_THAT(torchrun.output,
+              HasSubstr("trainer group: rank 0 hosts its rendezvous at 10.1.2.3:29510 "
+                        "(MASTER_ADDR, trainer.group_port), proven with the secret from "
+                        "WT_TRAINER_SECRET"));
+  EXPECT_THAT(torchrun.output, HasSubstr("this rank's pairs: on "));
+  // Without the secret, the dry run says why the run would refuse.
+  auto no_secret = test::run_process(
+      "env -u WT_TRAINER_SECRET -u SLURM_PROCID RANK=1 WORLD_SIZE=2 "
+      "MASTER_ADDR=10.1.2.3 " +
+      std::string(WT_CLI_PATH) + " launch " + config + " --dry-run");
+  EXPECT_NE(no_secret.exit_code, 0);
+  EXPECT_THAT(no_secret.output, HasSubstr("none was given: export WT_TRAINER_SECRET="));
   auto slurm =
       test::run_process(clean + "SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_JOB_NODELIST='gpu[07-10]' " +
                         std::string(WT_CLI_PATH) + " launch " + config + " --dry-run");
   EXPECT_NE(slurm.exit_code, 0);
-  EXPECT_THAT(slurm.output, HasSubstr("rendezvous host: gpu07"));
   EXPECT_THAT(slurm.output,
-              HasSubstr("trainer.ranks is 2, but the launcher (SLURM) says the world size is 4"));
+              HasSubstr("trainer.ranks is 2, but the launcher says the world size is 4: SLURM "
+                        "(SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST)"));
 }
 
 }  // namespace

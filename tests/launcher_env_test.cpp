@@ -1,12 +1,18 @@
 // What a cluster launcher's environment says about this process: SLURM's compressed host lists in
 // the forms real clusters print, and each launcher's variables as it sets them.
 #include "launcher_env.hpp"
+#include "cluster_place.hpp"
 
 #include <wt/error.hpp>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 namespace wt::cli {
@@ -153,6 +159,184 @@ TEST(LauncherEnv, ContradictoryOrBrokenSettingsAreRefusedNamingTheVariables) {
             env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NODELIST", "gpu[1-"}}));
       }),
       HasSubstr("host list 'gpu[1-'"));
+}
+
+// --rank-from-env: the config first, then the launcher; both sides named where they disagree.
+const std::string kSecret(64, 'a');
+
+LaunchConfig config_of(int ranks = 0) {
+  LaunchConfig c;
+  c.file = "job.yaml";
+  c.trainer_ranks_given = ranks > 0;
+  if (ranks > 0) c.trainer_ranks = ranks;
+  return c;
+}
+
+std::map<std::string, std::string> torchrun(int rank, int world, int local_world,
+                                            const std::string& addr = "127.0.0.1") {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank % local_world)},
+          {"LOCAL_WORLD_SIZE", std::to_string(local_world)},
+          {"MASTER_ADDR", addr},
+          {"MASTER_PORT", "29500"},
+          {"WT_TRAINER_SECRET", kSecret}};
+}
+
+TEST(ClusterPlace, TheLauncherPlacesTheRankAndTheConfigComesFirst) {
+  auto p = resolve_cluster_place(config_of(), env(torchrun(1, 2, 2)));
+  EXPECT_EQ(p.rank, 1);
+  EXPECT_EQ(p.world_size, 2);
+  EXPECT_EQ(p.local_rank, 1);
+  EXPECT_EQ(p.group_address, "127.0.0.1");
+  EXPECT_EQ(p.group_address_from, "MASTER_ADDR");
+  EXPECT_EQ(p.group_port, 29510);  // the documented default, not MASTER_PORT
+  EXPECT_EQ(p.secret_hex, kSecret);
+  EXPECT_EQ(p.secret_from, "WT_TRAINER_SECRET");
+  auto c = config_of(2);
+  c.group_address = "127.0.0.2";
+  c.group_port = 4000;
+  auto q = resolve_cluster_place(c, env(torchrun(0, 2, 2)));
+  EXPECT_EQ(q.group_address, "127.0.0.2");
+  EXPECT_EQ(q.group_address_from, "trainer.group_address");
+  EXPECT_EQ(q.group_port, 4000);
+  auto s = resolve_cluster_place(config_of(), env({{"SLURM_PROCID", "1"},
+                                                   {"SLURM_NTASKS", "2"},
+                                                   {"SLURM_LOCALID", "1"},
+                                                   {"SLURM_STEP_NODELIST", "localhost"},
+                                                   {"WT_TRAINER_SECRET", kSecret}}));
+  EXPECT_EQ(s.group_address, "localhost");
+  EXPECT_EQ(s.group_address_from, "SLURM_STEP_NODELIST");
+  // A group of one needs no address and no secret.
+  auto one =
+      resolve_cluster_place(config_of(), env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  EXPECT_EQ(one.world_size, 1);
+  EXPECT_TRUE(one.secret_hex.empty());
+}
+
+TEST(ClusterPlace, ContradictionsAreRefusedNamingBothSides) {
+  EXPECT_THAT(error_of([] { resolve_cluster_place(config_of(4), env(torchrun(0, 2, 2))); }),
+              HasSubstr("job.yaml: trainer.ranks is 4, but the launcher says the world size is "
+                        "2: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, "
+                        "MASTER_PORT)"));
+  auto c = config_of();
+  c.group_port = 29500;
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(c, env(torchrun(0, 2, 2))); }),
+              HasSubstr("trainer.group_port is 29500, the launcher's MASTER_PORT, which its own "
+                        "store holds"));
+  EXPECT_THAT(error_of([] { resolve_cluster_place(config_of(), env({})); }),
+              HasSubstr("--rank-from-env: no cluster launcher found in the environment"));
+  EXPECT_THAT(error_of([] {
+                resolve_cluster_place(config_of(), env({{"OMPI_COMM_WORLD_RANK", "0"},
+                                                        {"OMPI_COMM_WORLD_SIZE", "2"},
+                                                        {"WT_TRAINER_SECRET", kSecret}}));
+              }),
+              HasSubstr("does not say where trainer rank 0 runs: set trainer.group_address"));
+  EXPECT_THAT(error_of([] {
+                auto e = torchrun(3, 4, 2, "gpu01");
+                e["LOCAL_RANK"] = "2";
+                resolve_cluster_place(config_of(), env(e));
+              }),
+              HasSubstr("LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"));
+}
+
+TEST(ClusterPlace, ALoopbackRendezvousIsRefusedWhenTheRanksSpanHosts) {
+  // One host: loopback is right.
+  EXPECT_NO_THROW(resolve_cluster_place(config_of(), env(torchrun(3, 4, 4, "localhost"))));
+  EXPECT_THAT(
+      error_of([] { resolve_cluster_place(config_of(), env(torchrun(3, 4, 2, "localhost"))); }),
+      HasSubstr("MASTER_ADDR 'localhost' resolves to "));
+  EXPECT_THAT(
+      error_of([] { resolve_cluster_place(config_of(), env(torchrun(3, 4, 2, "127.0.0.5"))); }),
+      HasSubstr("a loopback address, but the job's 4 ranks run on 2 hosts"));
+  EXPECT_THAT(error_of([] {
+                resolve_cluster_place(config_of(), env({{"SLURM_PROCID", "1"},
+                                                        {"SLURM_NTASKS", "2"},
+                                                        {"SLURM_JOB_NODELIST", "localhost,gpu2"},
+                                                        {"WT_TRAINER_SECRET", kSecret}}));
+              }),
+              HasSubstr("SLURM_JOB_NODELIST 'localhost' resolves to"));
+  auto c = config_of();
+  c.group_address = "127.0.0.1";
+  EXPECT_THAT(error_of([&] {
+                resolve_cluster_place(c, env({{"OMPI_COMM_WORLD_RANK", "0"},
+                                              {"OMPI_COMM_WORLD_SIZE", "2"},
+                                              {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                                              {"WT_TRAINER_SECRET", kSecret}}));
+              }),
+              HasSubstr("trainer.group_address '127.0.0.1' resolves to 127.0.0.1, a loopback "
+                        "address, but the job's 2 ranks run on 2 hosts"));
+  EXPECT_THAT(
+      error_of([] {
+        resolve_cluster_place(config_of(), env(torchrun(0, 2, 1, "no-such-host.invalid")));
+      }),
+      HasSubstr("MASTER_ADDR 'no-such-host.invalid' (trainer rank 0's host) does not resolve"));
+}
+
+TEST(ClusterPlace, SeveralRanksNeedOneSecretFromAFileOfTheirsOrTheEnvironment) {
+  auto no_secret = torchrun(0, 2, 2);
+  no_secret.erase("WT_TRAINER_SECRET");
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(config_of(), env(no_secret)); }),
+              HasSubstr("none was given: export WT_TRAINER_SECRET=$(openssl rand -hex 32)"));
+  auto short_secret = torchrun(0, 2, 2);
+  short_secret["WT_TRAINER_SECRET"] = "abc";
+  EXPECT_THAT(
+      error_of([&] { resolve_cluster_place(config_of(), env(short_secret)); }),
+      HasSubstr("WT_TRAINER_SECRET must hold the trainer group's secret, 64 hex digits (got "
+                "3 characters)"));
+
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("wt-secret-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string file = (dir / "secret").string();
+  std::ofstream(file) << std::string(64, 'B') << "\n";  // upper case and a newline are fine
+  auto c = config_of();
+  c.secret_file = file;
+  ::chmod(file.c_str(), 0644);
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(c, env(no_secret)); }),
+              HasSubstr("can be read or written by others (mode 0644): chmod 600 it"));
+  ::chmod(file.c_str(), 0600);
+  auto p = resolve_cluster_place(c, env(no_secret));
+  EXPECT_EQ(p.secret_hex, std::string(64, 'b'));
+  EXPECT_EQ(p.secret_from, "trainer.secret_file (" + file + ")");
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(c, env(torchrun(0, 2, 2))); }),
+              HasSubstr("and WT_TRAINER_SECRET hold different secrets"));
+  // A link, a FIFO: refused, and the FIFO does not block.
+  fs::create_symlink(file, dir / "link");
+  c.secret_file = (dir / "link").string();
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(c, env(no_secret)); }),
+              HasSubstr("cannot be opened"));
+  ::mkfifo((dir / "fifo").c_str(), 0600);
+  c.secret_file = (dir / "fifo").string();
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(c, env(no_secret)); }),
+              HasSubstr("is not a regular file"));
+  fs::remove_all(dir);
+}
+
+TEST(ClusterPlace, ARendezvousOnLoopbackIsRefusedForReceiversOnAnotherHost) {
+  EXPECT_EQ(url_host("http://10.0.0.2:8000"), "10.0.0.2");
+  EXPECT_EQ(url_host("http://gpu07.cluster/"), "gpu07.cluster");
+  EXPECT_EQ(url_host("http://[::1]:8000/x"), "::1");
+  EXPECT_EQ(url_host("http://user@host:1"), "host");
+  for (const char* a : {"127.0.0.1", "127.9.8.7", "::1", "::ffff:127.0.0.1"})
+    EXPECT_TRUE(is_loopback_address(a)) << a;
+  for (const char* a : {"10.0.0.1", "::ffff:10.0.0.1", "fe80::1", "localhost", ""})
+    EXPECT_FALSE(is_loopback_address(a)) << a;
+
+  LaunchConfig c = config_of();
+  c.init_info = {{"master_address", "localhost"}, {"master_port", 29600}};
+  c.init_info_marks["master_address"] = {3, 17};
+  EXPECT_THAT(
+      error_of([&] {
+        check_rendezvous_reaches_receivers(c, {"http://127.0.0.1:8000", "http://192.0.2.7:8000"});
+      }),
+      HasSubstr("job.yaml:3:17: init_info.master_address 'localhost' resolves to "));
+  EXPECT_THAT(error_of([&] { check_rendezvous_reaches_receivers(c, {"http://192.0.2.7:8000"}); }),
+              HasSubstr("a loopback address, but receiver http://192.0.2.7:8000 is on another "
+                        "host (192.0.2.7): its workers could never reach the rendezvous there"));
+  EXPECT_NO_THROW(check_rendezvous_reaches_receivers(c, {"http://127.0.0.3:8000"}));
+  c.init_info["master_address"] = "192.0.2.1";
+  EXPECT_NO_THROW(check_rendezvous_reaches_receivers(c, {"http://192.0.2.7:8000"}));
 }
 
 }  // namespace

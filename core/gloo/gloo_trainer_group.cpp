@@ -1,5 +1,5 @@
-// The default trainer group: Gloo collectives over TCP on loopback (the ranks of a colocated
-// trainer share a host), rendezvous through a FileStore directory.
+// The default trainer group: Gloo collectives over TCP, on a mesh formed here (loopback, a
+// FileStore directory: the ranks of a colocated trainer share a host) or by the caller.
 #include <wt/services/gloo_trainer_group.hpp>
 
 #include <wt/error.hpp>
@@ -20,8 +20,16 @@ namespace {
 
 class GlooTrainerGroup final : public TrainerGroup {
  public:
-  GlooTrainerGroup(int rank, int size, const std::string& dir, std::chrono::milliseconds timeout)
-      : rank_(rank), size_(size), timeout_(timeout) {
+  GlooTrainerGroup(std::shared_ptr<gloo::rendezvous::Context> context,
+                   std::chrono::milliseconds timeout)
+      : rank_(context->rank),
+        size_(context->size),
+        timeout_(timeout),
+        context_(std::move(context)) {}
+
+  // The mesh of ranks on one host, through a FileStore directory.
+  static std::shared_ptr<gloo::rendezvous::Context> connect_on_host(
+      int rank, int size, const std::string& dir, std::chrono::milliseconds timeout) {
     if (size < 1 || rank < 0 || rank >= size)
       throw Error(WT_ERR_INVALID_ARGUMENT,
                   fmt::format("trainer group rank {} is not in 0..{}", rank, size - 1));
@@ -30,14 +38,16 @@ class GlooTrainerGroup final : public TrainerGroup {
     if (ec)
       throw Error(WT_ERR_SYSTEM,
                   fmt::format("cannot create the rendezvous directory {}: {}", dir, ec.message()));
-    guard("rendezvous", [&] {
+    std::shared_ptr<gloo::rendezvous::Context> context;
+    guard(rank, size, timeout, "rendezvous", [&] {
       gloo::transport::tcp::attr attr("127.0.0.1");
       auto device = gloo::transport::tcp::CreateDevice(attr);
       gloo::rendezvous::FileStore store(dir);
-      context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
-      context_->setTimeout(timeout);
-      context_->connectFullMesh(store, device);
+      context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      context->setTimeout(timeout);
+      context->connectFullMesh(store, device);
     });
+    return context;
   }
 
   int rank() const override { return rank_; }
@@ -49,7 +59,7 @@ class GlooTrainerGroup final : public TrainerGroup {
       out[0] = std::string(mine);
       return out;
     }
-    guard("all_gather", [&] {
+    guard(rank_, size_, timeout_, "all_gather", [&] {
       uint64_t len = mine.size();
       std::vector<uint64_t> lens(static_cast<std::size_t>(size_));
       gloo::AllgatherOptions a(context_);
@@ -76,7 +86,7 @@ class GlooTrainerGroup final : public TrainerGroup {
 
   void barrier() override {
     if (size_ == 1) return;
-    guard("barrier", [&] {
+    guard(rank_, size_, timeout_, "barrier", [&] {
       gloo::BarrierOptions b(context_);
       b.setTimeout(timeout_);
       gloo::barrier(b);
@@ -85,16 +95,17 @@ class GlooTrainerGroup final : public TrainerGroup {
 
  private:
   template <typename F>
-  void guard(const char* what, F&& f) {
+  static void guard(int rank, int size, std::chrono::milliseconds timeout, const char* what,
+                    F&& f) {
     try {
       f();
     } catch (const gloo::IoException& e) {
       throw Error(WT_ERR_TIMEOUT,
                   fmt::format("trainer group {} (rank {} of {}, deadline {} ms) failed: {}", what,
-                              rank_, size_, timeout_.count(), e.what()));
+                              rank, size, timeout.count(), e.what()));
     } catch (const std::exception& e) {
       throw Error(WT_ERR_SYSTEM, fmt::format("trainer group {} (rank {} of {}) failed: {}", what,
-                                             rank_, size_, e.what()));
+                                             rank, size, e.what()));
     }
   }
 
@@ -108,7 +119,15 @@ class GlooTrainerGroup final : public TrainerGroup {
 std::unique_ptr<TrainerGroup> make_gloo_trainer_group(int rank, int size,
                                                       const std::string& rendezvous_dir,
                                                       std::chrono::milliseconds timeout) {
-  return std::make_unique<GlooTrainerGroup>(rank, size, rendezvous_dir, timeout);
+  return std::make_unique<GlooTrainerGroup>(
+      GlooTrainerGroup::connect_on_host(rank, size, rendezvous_dir, timeout), timeout);
+}
+
+std::unique_ptr<TrainerGroup> make_gloo_trainer_group(
+    std::shared_ptr<gloo::rendezvous::Context> connected, std::chrono::milliseconds timeout) {
+  if (connected == nullptr)
+    throw Error(WT_ERR_INVALID_ARGUMENT, "make_gloo_trainer_group: no Gloo context given");
+  return std::make_unique<GlooTrainerGroup>(std::move(connected), timeout);
 }
 
 }  // namespace wt

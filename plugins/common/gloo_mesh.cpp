@@ -20,7 +20,8 @@ namespace {
 using sdk::fail;
 using Clock = std::chrono::steady_clock;
 
-// The local address that routes towards `peer`: what this rank advertises to the others.
+}  // namespace
+
 std::string local_address_towards(const std::string& peer) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -30,7 +31,18 @@ std::string local_address_towards(const std::string& peer) {
     fail(WT_ERR_SYSTEM, "cannot resolve master_address '{}'", peer);
   std::string out;
   int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {  // no packet is sent
+  // `peer` is one of this host's own addresses (rank 0 at its own rendezvous, ranks sharing a
+  // host): that address itself, which the route would have replaced by the interface's first one
+  // (127.0.0.2 by 127.0.0.1, say). Otherwise the address the route to it leaves from.
+  sockaddr_storage any_port{};
+  std::memcpy(&any_port, res->ai_addr, std::min<std::size_t>(res->ai_addrlen, sizeof any_port));
+  if (any_port.ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(&any_port)->sin6_port = 0;
+  else
+    reinterpret_cast<sockaddr_in*>(&any_port)->sin_port = 0;
+  const bool own =
+      fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&any_port), res->ai_addrlen) == 0;
+  if (fd >= 0 && (own || ::connect(fd, res->ai_addr, res->ai_addrlen) == 0)) {  // no packet sent
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
     char buf[INET6_ADDRSTRLEN] = {0};
@@ -47,6 +59,8 @@ std::string local_address_towards(const std::string& peer) {
   if (out.empty()) fail(WT_ERR_SYSTEM, "no local address routes to master_address '{}'", peer);
   return out;
 }
+
+namespace {
 
 // What rank `from` answers to rank `to`'s challenge `nonce`.
 Mac pair_answer(const SessionSecret& secret, const unsigned char* nonce, int from, int to) {

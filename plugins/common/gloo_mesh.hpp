@@ -34,6 +34,11 @@ namespace wt::plugins {
 std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOptions& options,
                                                           std::unique_ptr<TcpStoreServer> store);
 
+// The local address that routes towards `peer` (a name or an address): where this rank's pairs
+// listen, and what it advertises to the others. Throws sdk::Error (WT_ERR_SYSTEM) when `peer`
+// does not resolve or no local address routes to it.
+std::string local_address_towards(const std::string& peer);
+
 // Gloo reports failures as exceptions of its own; these become wt errors naming `what`.
 template <typename F>
 void gloo_call(const std::string& what, F&& f) {

@@ -537,15 +537,21 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys,
   const auto total = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
   std::vector<char> ignored;
   for (const auto& key : keys) {
+    const auto missing = [&] {
+      fail(WT_ERR_TIMEOUT,
+           "rendezvous at {}: key '{}' did not appear within {} ms (a peer that never joined?)",
+           where_, key, std::max<int64_t>(total.count(), 0));
+    };
     for (;;) {
-      {
+      try {
         std::lock_guard<std::mutex> l(mu_);
         if (request(kGet, key, nullptr, &ignored) == kDone) break;
+      } catch (const sdk::Error& e) {
+        // The deadline fell inside a request: the key is what is missing, not the store.
+        if (e.code() == WT_ERR_TIMEOUT && Clock::now() >= until_) missing();
+        throw;
       }
-      if (Clock::now() >= until)
-        fail(WT_ERR_TIMEOUT,
-             "rendezvous at {}: key '{}' did not appear within {} ms (a peer that never joined?)",
-             where_, key, std::max<int64_t>(total.count(), 0));
+      if (Clock::now() >= until) missing();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Two hosts on one box: a trainer in one network namespace, two `wt serve` receivers in another,
-# joined by a veth pair with an address on each side (made and removed here). nccl over Gloo syncs
-# a model across them, verified; then the link goes down mid-round and every process must fail
-# within its deadline, the receivers staying up. Where namespaces cannot be made (no root), the
-# same topology runs on two loopback addresses, 127.0.0.2 and 127.0.0.3, and the cut is a
-# receiver that stops (SIGSTOP) instead; the script says which it used (WT_TWO_HOSTS_LOOPBACK=1
-# forces that form).
+# Two hosts on one box: the trainer in one network namespace, `wt serve` receivers in another,
+# joined by a veth pair with an address on each side (made and removed here, with the trainer
+# host's name in its own /etc/netns hosts file). Across them:
+#   1. nccl over Gloo from `wt launch` (one trainer rank), verified;
+#   2. nccl from two trainer ranks started as torchrun starts them (`--rank-from-env`), verified;
+#   3. m2n from two trainer ranks started as srun starts them, each sending its half, verified;
+#   4. the same m2n job with the link cut mid-round: both trainer ranks fail within the deadline;
+#   5. the nccl run with the link cut mid-round: the trainer fails within its deadline.
+# The receivers stay up throughout. Where namespaces cannot be made (no root), the same topology
+# runs on two loopback addresses, 127.0.0.2 and 127.0.0.3, and a cut is receivers that stop
+# (SIGSTOP) instead; the script says which it used (WT_TWO_HOSTS_LOOPBACK=1 forces that form).
 #
 #   tests/cluster/two_hosts.sh WT_CLI CACHE_DIR
 set -euo pipefail
@@ -24,6 +28,7 @@ cleanup() {
   if ((netns)); then
     ip netns del "${tag}a" 2>/dev/null || true
     ip netns del "${tag}b" 2>/dev/null || true
+    rm -rf "/etc/netns/${tag}a"
   fi
   [[ -n ${WT_KEEP:-} ]] && echo "kept $work" || rm -rf "$work"
 }
@@ -42,27 +47,39 @@ if [[ -z ${WT_TWO_HOSTS_LOOPBACK:-} ]] && ip netns add "${tag}a" 2>/dev/null && 
   ip -n "${tag}a" link set "${tag}x" up
   ip -n "${tag}b" link set "${tag}y" up
   trainer_addr="$net.1" receiver_addr="$net.2"
+  # The trainer host's name, as SLURM's node list gives it, resolves there (ip netns exec mounts
+  # /etc/netns/NAME/hosts over /etc/hosts).
+  mkdir -p "/etc/netns/${tag}a"
+  printf '127.0.0.1 localhost\n%s %s-trainer01\n' "$trainer_addr" "$tag" > "/etc/netns/${tag}a/hosts"
+  slurm_nodes="${tag}-trainer[01]" slurm_host="${tag}-trainer01"
   on_trainer=(ip netns exec "${tag}a")
   on_receivers=(ip netns exec "${tag}b")
   echo "two hosts: network namespaces ${tag}a ($trainer_addr) and ${tag}b ($receiver_addr), joined by a veth pair"
 else
   ip netns del "${tag}a" 2>/dev/null || true
   trainer_addr=127.0.0.2 receiver_addr=127.0.0.3
+  slurm_nodes=127.0.0.2 slurm_host=127.0.0.2
   on_trainer=() on_receivers=()
   echo "two hosts: namespaces refused here; loopback addresses $trainer_addr and $receiver_addr"
 fi
 
 port_base=$((20000 + $$ % 20000))
-for k in 0 1; do
+# Receivers 0 and 1 take nccl, 2 and 3 m2n.
+for k in 0 1 2 3; do
+  backend=nccl
+  ((k < 2)) || backend=m2n
   "${on_receivers[@]}" "$wt" serve --host "$receiver_addr" --port $((port_base + k)) \
-    --weight-transfer-config "{\"backend\": \"nccl\", \"transfer_timeout_s\": $deadline_s, \"rendezvous_timeout_s\": 10}" \
+    --weight-transfer-config "{\"backend\": \"$backend\", \"transfer_timeout_s\": $deadline_s, \"rendezvous_timeout_s\": 10}" \
     > "$work/receiver$k.log" 2>&1 &
   pids+=($!)
 done
-for k in 0 1; do
+for k in 0 1 2 3; do
   for _ in $(seq 100); do grep -q "listening on" "$work/receiver$k.log" && break; sleep 0.1; done
   grep -q "listening on" "$work/receiver$k.log" || { cat "$work/receiver$k.log"; exit 1; }
 done
+# The secret the trainer ranks of a job share, as a batch script would export it.
+export WT_TRAINER_SECRET
+WT_TRAINER_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 
 config() {  # name rounds master_port verify
   cat > "$work/$1.yaml" <<EOF
@@ -92,7 +109,112 @@ grep -q "OK: every round verified" "$work/sync.log" ||
   { cat "$work/sync.log"; echo "FAIL: not every round verified"; exit 1; }
 echo "synced and verified: $(grep -c "verified [0-9]*/[0-9]* tensors" "$work/sync.log") rounds across the two hosts"
 
-# 2. The link goes down in the middle of a round.
+# Two trainer ranks as a cluster launcher starts them, in the background: rank_job NAME CONFIG
+# LAUNCHER; each rank's pid in job_pids, its log in $work/NAME.rankK.log.
+rank_job() {
+  job_pids=()
+  for r in 0 1; do
+    if [[ $3 == torchrun ]]; then
+      vars=(RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 GROUP_RANK=0
+            MASTER_ADDR="$trainer_addr" MASTER_PORT=$((port_base + 30)))
+    else
+      vars=(SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r SLURM_NODEID=0 SLURM_NNODES=1
+            SLURM_JOB_NODELIST="$slurm_nodes" SLURM_STEP_NODELIST="$slurm_nodes")
+    fi
+    WT_CACHE_DIR=$cache "${on_trainer[@]}" env "${vars[@]}" "$wt" launch "$2" --rank-from-env \
+      > "$work/$1.rank$r.log" 2>&1 &
+    job_pids+=($!)
+  done
+}
+
+job_config() {  # name backend receiver-ports rounds verify group-port [extra source line]
+  cat > "$work/$1.yaml" <<EOF
+backend: $2
+init_info:
+  master_address: $trainer_addr
+  master_port: $(($6 + 1))
+  transfer_timeout_s: $deadline_s
+trainer:
+  group_port: $6
+source:
+  generate: {model: qwen2.5-0.5b}
+  ${7:-}
+receiver:
+  urls: [$(for p in $3; do printf '"http://%s:%s", ' "$receiver_addr" $((port_base + p)); done)]
+  timeout_s: $control_s
+rounds: $4
+verify: $5
+EOF
+}
+
+# 2. nccl from two trainer ranks under torchrun's variables (rank 0 sends).
+job_config torchrun nccl "0 1" 2 true $((port_base + 12))
+rank_job torchrun "$work/torchrun.yaml" torchrun
+for r in 0 1; do
+  wait "${job_pids[$r]}" || { cat "$work"/torchrun.rank*.log; echo "FAIL: torchrun rank $r failed"; exit 1; }
+done
+grep -q "OK: every round verified" "$work/torchrun.rank0.log" || { cat "$work/torchrun.rank0.log"; exit 1; }
+grep -q "launcher: torchrun (from RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT)" \
+  "$work/torchrun.rank1.log" || { cat "$work/torchrun.rank1.log"; echo "FAIL: rank 1 did not read torchrun"; exit 1; }
+grep -q "this rank's pairs: on $trainer_addr " "$work/torchrun.rank1.log" ||
+  { cat "$work/torchrun.rank1.log"; echo "FAIL: rank 1 advertises another address"; exit 1; }
+echo "torchrun form: 2 trainer ranks, nccl to 2 receivers across the hosts, every round verified"
+
+# 3. m2n from two trainer ranks under SLURM's variables: each sends its half of every tensor.
+shard='shard: {rank_of: trainer, dim: 0}'
+job_config slurm m2n "2 3" 2 true $((port_base + 14)) "$shard"
+rank_job slurm "$work/slurm.yaml" slurm
+for r in 0 1; do
+  wait "${job_pids[$r]}" || { cat "$work"/slurm.rank*.log; echo "FAIL: SLURM rank $r failed"; exit 1; }
+done
+grep -q "OK: every round verified" "$work/slurm.rank0.log" || { cat "$work/slurm.rank0.log"; exit 1; }
+grep -q "rendezvous at $slurm_host:$((port_base + 14)) (SLURM_STEP_NODELIST" "$work/slurm.rank1.log" ||
+  { cat "$work/slurm.rank1.log"; echo "FAIL: rank 1 did not meet at SLURM's first host"; exit 1; }
+echo "SLURM form: 2 trainer ranks (node list $slurm_nodes), m2n shards to 2 receivers, every round verified"
+
+# Cuts the link (or stops these receivers) and prints the time of the cut; heal undoes it.
+cut_link() {
+  if ((netns)); then
+    ip -n "${tag}a" link set "${tag}x" down
+  else
+    kill -STOP "$@"
+  fi
+  date +%s.%N
+}
+heal_link() {
+  if ((netns)); then
+    ip -n "${tag}a" link set "${tag}x" up
+  else
+    kill -CONT "$@"
+  fi
+}
+seconds_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+
+# 4. The same m2n job, the link cut in its third round: both trainer ranks fail within the
+# transfer deadline.
+job_config slurmcut m2n "2 3" 50 false $((port_base + 16)) "$shard"
+rank_job slurmcut "$work/slurmcut.yaml" slurm
+for _ in $(seq 600); do grep -q "round 2/50" "$work/slurmcut.rank0.log" && break; sleep 0.05; done
+grep -q "round 2/50" "$work/slurmcut.rank0.log" || { cat "$work"/slurmcut.rank*.log; echo "FAIL: no m2n round finished"; exit 1; }
+sleep 0.2
+cut_at=$(cut_link "${pids[2]}" "${pids[3]}")
+for r in 0 1; do
+  status=0
+  wait "${job_pids[$r]}" || status=$?
+  took=$(seconds_since "$cut_at")
+  log=$work/slurmcut.rank$r.log
+  ((status != 0)) || { cat "$log"; echo "FAIL: m2n rank $r did not fail"; exit 1; }
+  # As in 5: the transfer deadline inside a transfer, the control plane's in rank 0's calls.
+  limit=$deadline_s
+  grep -q "did not answer within $control_s s" "$log" && limit=$control_s
+  awk -v t="$took" -v d="$limit" 'BEGIN { exit !(t < d + 3) }' ||
+    { cat "$log"; echo "FAIL: m2n rank $r took $took s to fail (deadline $limit s)"; exit 1; }
+  echo "m2n trainer rank $r failed $took s after the cut (deadline $limit s): $(grep -o "error: .*" "$log" | head -1 | cut -c1-160)"
+done
+heal_link "${pids[2]}" "${pids[3]}"
+for k in 2 3; do kill -0 "${pids[$k]}" || { echo "FAIL: m2n receiver $k died"; exit 1; }; done
+
+# 5. The link goes down in the middle of a round of the one-rank nccl run.
 config cut 50 $((port_base + 11)) false
 WT_CACHE_DIR=$cache "${on_trainer[@]}" "$wt" launch "$work/cut.yaml" > "$work/cut.log" 2>&1 &
 launch=$!
@@ -137,7 +259,7 @@ if ((netns)); then
       grep -q "receive failed" "$work/receiver$k.log" ||
         { cat "$work/receiver$k.log"; echo "FAIL: receiver $k did not end its round"; exit 1; }
     done
-    echo "both receivers ended the round: $(grep -h -o "receive failed: [^(]*" "$work"/receiver*.log | sort -u | head -1)"
+    echo "both receivers ended the round: $(grep -h -o "receive failed: [^(]*" "$work"/receiver[01].log | sort -u | head -1)"
   fi
   for k in 0 1; do kill -0 "${pids[$k]}" || { echo "FAIL: receiver $k died"; exit 1; }; done
 else

@@ -1,0 +1,23 @@
+// The trainer group of ranks a cluster launcher started, possibly on several hosts: Gloo over
+// TCP, meeting at trainer rank 0's rendezvous store (group_address:group_port). Only holders of
+// the group's secret take part: the store authenticates every request, and every pair answers a
+// challenge under the secret before anything moves on it (the same mesh the host-memory backends
+// form, plugins/common/gloo_mesh.hpp). The store closes once the group has formed.
+#pragma once
+
+#include "cluster_place.hpp"
+
+#include <wt/trainer_group.hpp>
+
+#include <chrono>
+#include <memory>
+
+namespace wt::cli {
+
+// Blocks until every rank joined, within `timeout` (also every collective's deadline). Throws
+// wt::Error naming the rendezvous: WT_ERR_TIMEOUT when a rank did not come, WT_ERR_REMOTE when a
+// peer did not prove the secret, WT_ERR_SYSTEM when rank 0 cannot listen at the group address.
+std::unique_ptr<TrainerGroup> join_cluster_trainer_group(const ClusterPlace& place,
+                                                         std::chrono::milliseconds timeout);
+
+}  // namespace wt::cli
