@@ -157,7 +157,9 @@ WT_PIN(wt_worker_create_args, init_info_json, 16);
 WT_PIN(wt_worker_create_args, device, 24);
 WT_PIN(wt_worker_create_args, stream, 32);
 WT_PIN(wt_worker_create_args, backend_options_json, 40);
-static_assert(sizeof(wt_worker_create_args) == 48);
+WT_PIN(wt_worker_create_args, held, 48);  // appended within ABI 2 (wt 0.4)
+WT_PIN(wt_worker_create_args, held_count, 56);
+static_assert(sizeof(wt_worker_create_args) == 64);
 
 WT_PIN(wt_loader, ctx, 8);
 WT_PIN(wt_loader, load, 16);

@@ -1,11 +1,13 @@
 // `wt launch` as a user runs it: every CPU config in configs/ goes green, and bad configs get an
 // error naming the file, the line and the key.
+#include "support/free_port.hpp"
 #include "support/process.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -180,6 +182,24 @@ TEST(Launch, ReceiverGoneIsAnErrorNotAHang) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("POST http://127.0.0.1:1/init_weight_transfer_engine failed"));
   EXPECT_THAT(r.output, HasSubstr("FAILED"));
+}
+
+TEST(Launch, AReceiverRefusingItsInitIsNamedAndTheRunEndsAtOnce) {
+  // world_size 2 leaves no rank for the second receiver: it refuses init, which the run reports
+  // naming it, without waiting for any deadline.
+  auto cfg = write_config("refused-init.yaml",
+                          "backend: nccl\ninit_info: {master_address: 127.0.0.1, master_port: " +
+                              std::to_string(test::free_port()) +
+                              ", world_size: 2, rendezvous_timeout_s: 60}\n"
+                              "source: {generate: {model: tiny}}\nreceiver: {count: 2}\n"
+                              "rounds: 1\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = launch(cfg, "");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("receiver 2 of 2 (http://127.0.0.1:"));
+  EXPECT_THAT(r.output, HasSubstr("rank_offset 2 is not in 1..1"));
+  EXPECT_LT(s, 15) << r.output;
 }
 
 TEST(Launch, DryRunSaysWhereThisProcessSitsUnderEachLauncherAndStartsNothing) {

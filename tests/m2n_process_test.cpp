@@ -148,7 +148,7 @@ TEST(M2nRefuses, ASourceOfSlicesGoesOnlyToABackendThatMovesSlices) {
                                   "'model.embed_tokens.weight'"));
 }
 
-TEST(M2nRefuses, AWorkerWhoseModelDisagreesBeforeAnyByteLandsAndEveryRankStopsAtOnce) {
+TEST(M2nRefuses, AWorkerWhoseModelDisagreesWithThePlanIsRefusedAtInitAndEveryRankStopsAtOnce) {
   // The receiver holds the tiny model in float32; the trainer ranks send it in bfloat16.
   const std::string dir = std::string(WT_BUILD_DIR) + "/test-configs/m2n-f32-model";
   fs::remove_all(dir);
@@ -186,12 +186,16 @@ echo "exit $rc after $(( (end - start) / 1000000 )) ms"
   const TimedRun r = run_timed(script);
   const int rc = r.exit_code, ms = r.ms;
   EXPECT_NE(rc, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("tensor 'model.embed_tokens.weight' arrives as bfloat16 "
-                                  "1024x64, but the model this receiver holds has it as float32 "
-                                  "1024x64"));
+  // Refused at init, from the plan, before any rank waits in the mesh.
+  EXPECT_THAT(r.output, HasSubstr("m2n worker init failed: the m2n plan sends "
+                                  "'model.embed_tokens.weight' to worker rank 0 as bfloat16 "
+                                  "1024x64, but the model this worker holds has it as float32 "
+                                  "1024x64; init refused, nothing was sent"));
   EXPECT_THAT(r.output, HasSubstr("weights unchanged"));
-  // Trainer rank 1 does not wait out its transfer deadline (300 s): the worker closed its pairs.
-  EXPECT_LT(ms, 20000) << r.output;
+  // No rank waits out its rendezvous deadline (60 s): rank 0 stops at the refusal, and its
+  // store's closing stops rank 1.
+  EXPECT_LT(ms, 10000) << r.output;
+  std::printf("refused at init; the run ended %d ms after it started\n", ms);
 }
 
 TEST(M2nFaults, ATrainerRankKilledMidRoundFailsTheRunWithinTheTransferDeadline) {

@@ -68,17 +68,7 @@ const wt_weight_source* WeightSource::c_source() {
       auto* self = static_cast<WeightSource*>(ctx);
       const auto& meta = self->metadata();
       self->c_meta_.resize(meta.size());
-      for (std::size_t i = 0; i < meta.size(); ++i)
-        self->c_meta_[i] = {sizeof(wt_param_meta),
-                            WT_ABI_VERSION,
-                            meta[i].name.c_str(),
-                            meta[i].dtype,
-                            static_cast<int32_t>(meta[i].shape.size()),
-                            meta[i].shape.data(),
-                            meta[i].sharded() ? 1 : 0,
-                            meta[i].sharded() ? meta[i].shard_dim : 0,
-                            meta[i].sharded() ? meta[i].shard_offset : 0,
-                            meta[i].sharded() ? meta[i].shard_length : 0};
+      for (std::size_t i = 0; i < meta.size(); ++i) self->c_meta_[i] = c_param_meta(meta[i]);
       *params = self->c_meta_.data();
       *count = self->c_meta_.size();
     });

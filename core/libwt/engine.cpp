@@ -437,6 +437,11 @@ std::unique_ptr<WorkerEngine> WorkerEngine::create(const std::string& backend,
   args.device = options.device;
   args.stream = options.stream;
   args.backend_options_json = backend_options.c_str();
+  std::vector<wt_param_meta> held;
+  held.reserve(options.held.size());
+  for (const auto& m : options.held) held.push_back(c_param_meta(m));
+  args.held = held.empty() ? nullptr : held.data();
+  args.held_count = held.size();
   wt_worker* engine = nullptr;
   char err[kErrCap] = {0};
   wt_status s = plugin->table().create_worker(args, &engine, err, sizeof err);

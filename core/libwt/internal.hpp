@@ -4,6 +4,7 @@
 #include <wt/error.hpp>
 #include <wt/registry.hpp>
 #include <wt/sdk/errors.hpp>
+#include <wt/tensor.hpp>
 
 #include "plugin_table.hpp"
 
@@ -43,6 +44,20 @@ wt_status host_guard(char* err, std::size_t cap, F&& f) noexcept {
     sdk::write_message(err, cap, "unknown exception");
     return WT_ERR_INTERNAL;
   }
+}
+
+// The C view of one parameter (its strings and shape stay m's).
+inline wt_param_meta c_param_meta(const ParamMeta& m) {
+  return {sizeof(wt_param_meta),
+          WT_ABI_VERSION,
+          m.name.c_str(),
+          m.dtype,
+          static_cast<int32_t>(m.shape.size()),
+          m.shape.data(),
+          m.sharded() ? 1 : 0,
+          m.sharded() ? m.shard_dim : 0,
+          m.sharded() ? m.shard_offset : 0,
+          m.sharded() ? m.shard_length : 0};
 }
 
 }  // namespace wt

@@ -366,6 +366,10 @@ void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
   WorkerOptions wopts;
   wopts.device = options_.device;
   wopts.backend_options = options_.backend_options;
+  {  // what it holds, so that a backend with a static plan can refuse a disagreement at init
+    std::lock_guard<std::mutex> state(state_mu_);
+    for (const auto& [name, t] : committed_) wopts.held.push_back({name, t.dtype, t.shape});
+  }
   // Device copies are queued on the staging's stream: the worker waits for it before answering.
   if (options_.device_staging) wopts.stream = options_.device_staging->stream();
   std::shared_ptr<WorkerEngine> created = WorkerEngine::create(options_.backend, text, wopts);

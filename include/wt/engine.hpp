@@ -97,6 +97,9 @@ struct WorkerOptions {
   void* stream = nullptr;  // the cudaStream_t the model uses; null: the legacy default stream
   // Receiver-side backend options (a JSON object; empty: none).
   nlohmann::json backend_options = nlohmann::json::object();
+  // The model this worker holds, each parameter as it keeps it (empty: not known yet). A backend
+  // whose init info fixes what will arrive (m2n's plan) refuses init naming a disagreement.
+  std::vector<ParamMeta> held;
 };
 
 class WorkerEngine {

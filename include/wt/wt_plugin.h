@@ -330,6 +330,15 @@ typedef struct wt_worker_create_args {
   /* Receiver-side backend options as a JSON object ("{}" or NULL: none), e.g. the backend keys of
    * `wt serve --weight-transfer-config`. Parsed as strictly as the init info. */
   const char* backend_options_json;
+  /* ---- since wt 0.4 (ABI 2; read them only when struct_size covers held_count) ----
+   * The model this worker holds, when the host knows it (a base checkpoint it loaded, the weights
+   * it serves): held_count growable elements (step with WT_ELEMENT), each a parameter's name,
+   * dtype and shape as this worker keeps it (its shard tail zero). NULL / 0: not known yet (a
+   * receiver that has no model before its first round). A backend whose init info fixes what
+   * will arrive (m2n's static plan) checks it here and refuses init, naming the first
+   * disagreement, instead of failing the first round. Valid only during create. */
+  const wt_param_meta* held;
+  size_t held_count;
 } wt_worker_create_args;
 
 /* The loader: how received weights reach the model. The host implements it; receive() gets one

@@ -25,6 +25,9 @@ struct CommunicatorOptions {
   // byte moves, and where the sender's store reports the strangers it dropped.
   std::string session_secret;
   std::function<void(const std::string&)> warn;
+  // Gloo only: polled while the rendezvous waits for peers; true ends it at once
+  // (WT_ERR_ABORTED), as when the init call the peers join inside has already failed.
+  std::function<bool()> give_up;
 };
 
 class Communicator {

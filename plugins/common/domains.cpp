@@ -47,6 +47,8 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
   if (!o.session_secret.empty()) info["session_secret"] = o.session_secret;
   auto rpc = std::make_unique<AsyncRpc>(
       [client, text = info.dump()] { client.init_weight_transfer_engine(text); }, &aborted);
+  // Workers that refused the init never come: stop waiting for them then, not at the deadline.
+  o.give_up = [r = rpc.get()] { return r->done() && r->error() != nullptr; };
   std::unique_ptr<Communicator> comm;
   try {
     comm = make(o);

@@ -144,7 +144,7 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
   SigpipeBlocked no_sigpipe;  // also for Gloo's loop thread, started in here
   try {
     gloo_call(what, [&] {
-      TcpStoreClient client(o.master_address, o.master_port, secret, until);
+      TcpStoreClient client(o.master_address, o.master_port, secret, until, o.give_up);
       gloo::transport::tcp::attr attr(local_address_towards(o.master_address).c_str());
       auto device = gloo::transport::tcp::CreateDevice(attr);
       context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);

@@ -339,11 +339,12 @@ void TcpStoreServer::serve_loop() {
 // ---- client -----------------------------------------------------------------------------------
 
 TcpStoreClient::TcpStoreClient(const std::string& address, int port, const SessionSecret& secret,
-                               Clock::time_point until)
+                               Clock::time_point until, std::function<bool()> give_up)
     : where_(address + ":" + std::to_string(port)),
       secret_(secret),
       prefix_(secret.session_id() + "/"),
-      until_(until) {
+      until_(until),
+      give_up_(std::move(give_up)) {
   std::string last = "no attempt";
   for (;;) {
     addrinfo* res = resolve(address, port, false);
@@ -389,6 +390,7 @@ TcpStoreClient::TcpStoreClient(const std::string& address, int port, const Sessi
     }
     if (Clock::now() >= until_)
       fail(WT_ERR_TIMEOUT, "cannot reach the rendezvous store at {} in time: {}", where_, last);
+    if (give_up_ && give_up_()) fail(WT_ERR_ABORTED, "the rendezvous at {} was given up", where_);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -548,10 +550,14 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys,
         if (request(kGet, key, nullptr, &ignored) == kDone) break;
       } catch (const sdk::Error& e) {
         // The deadline fell inside a request: the key is what is missing, not the store.
-        if (e.code() == WT_ERR_TIMEOUT && Clock::now() >= until_) missing();
+        if (e.code() == WT_ERR_TIMEOUT && Clock::now() + std::chrono::milliseconds(50) >= until_)
+          missing();
         throw;
       }
       if (Clock::now() >= until) missing();
+      if (give_up_ && give_up_())
+        fail(WT_ERR_ABORTED, "the rendezvous at {} was given up while waiting for key '{}'", where_,
+             key);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }

@@ -99,8 +99,10 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
  public:
   // Connects and authenticates, retrying until `until` (the server may not be up yet). Every
   // later call also ends by `until`: the rendezvous as a whole has one deadline.
+  // `give_up`, polled while waiting (for the server, for a key): true ends the wait at once
+  // (WT_ERR_ABORTED).
   TcpStoreClient(const std::string& address, int port, const SessionSecret& secret,
-                 std::chrono::steady_clock::time_point until);
+                 std::chrono::steady_clock::time_point until, std::function<bool()> give_up = {});
   ~TcpStoreClient() override;
 
   // Keys are the session's: "<session id>/<key>" on the wire.
@@ -120,6 +122,7 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
   SessionSecret secret_;
   std::string prefix_;
   std::chrono::steady_clock::time_point until_;
+  std::function<bool()> give_up_;
   int fd_ = -1;
   Nonce snonce_{}, cnonce_{};
   uint64_t seq_ = 0;

@@ -120,6 +120,8 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     auto rpc = std::make_unique<plugins::AsyncRpc>(
         [c = client_, text = worker_info.dump()] { c.init_weight_transfer_engine(text); },
         &aborted_);
+    // Workers that refused the init never come: stop waiting for them then.
+    o.give_up = [r = rpc.get()] { return r->done() && r->error() != nullptr; };
     try {
       mesh = plugins::form_gloo_mesh(o, std::move(store));
     } catch (const sdk::Error&) {

@@ -103,6 +103,32 @@ class ClientRef {
 
 using wt::ParamMeta;
 
+// `n` growable wt_param_meta elements from the host (a source's metadata, what a worker holds);
+// `what` names them in errors.
+inline std::vector<ParamMeta> read_param_metas(const wt_param_meta* p, std::size_t n,
+                                               const char* what) {
+  std::vector<ParamMeta> out;
+  out.reserve(n);
+  if (n > 0 && p == nullptr) fail(WT_ERR_INTERNAL, "{} is NULL", what);
+  if (n > 0 && !covers(p, &wt_param_meta::shape))
+    fail(WT_ERR_INCOMPATIBLE, "{}: elements of struct_size {}, too small for ABI 2", what,
+         p->struct_size);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto* m = WT_ELEMENT(wt_param_meta, p, i);
+    if (m->ndim < 0 || (m->ndim > 0 && m->shape == nullptr))
+      fail(WT_ERR_INTERNAL, "{} has a bad shape at item {}", what, i);
+    ParamMeta& meta = out.emplace_back(ParamMeta{
+        m->name ? m->name : "", m->dtype, std::vector<int64_t>(m->shape, m->shape + m->ndim)});
+    // A host older than the shard fields never sets them: the whole tensor.
+    if (covers(m, &wt_param_meta::shard_length) && m->sharded) {
+      meta.shard_dim = m->shard_dim;
+      meta.shard_offset = m->shard_offset;
+      meta.shard_length = m->shard_length;
+    }
+  }
+  return out;
+}
+
 class SourceRef {
  public:
   explicit SourceRef(const wt_weight_source* s = nullptr) : s_(s) {}
@@ -119,28 +145,7 @@ class SourceRef {
     const wt_param_meta* p = nullptr;
     std::size_t n = 0;
     check(need(&wt_weight_source::metadata, "metadata"), "metadata", &p, &n);
-    std::vector<ParamMeta> out;
-    out.reserve(n);
-    if (n > 0 && p == nullptr) fail(WT_ERR_INTERNAL, "the weight source's metadata is NULL");
-    if (n > 0 && !covers(p, &wt_param_meta::shape))
-      fail(WT_ERR_INCOMPATIBLE,
-           "the weight source's metadata elements have struct_size {}, too "
-           "small for ABI 2",
-           p->struct_size);
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto* m = WT_ELEMENT(wt_param_meta, p, i);
-      if (m->ndim < 0 || (m->ndim > 0 && m->shape == nullptr))
-        fail(WT_ERR_INTERNAL, "the weight source's metadata has a bad shape at item {}", i);
-      ParamMeta& meta = out.emplace_back(ParamMeta{
-          m->name ? m->name : "", m->dtype, std::vector<int64_t>(m->shape, m->shape + m->ndim)});
-      // A host older than the shard fields never sets them: the whole tensor.
-      if (covers(m, &wt_param_meta::shard_length) && m->sharded) {
-        meta.shard_dim = m->shard_dim;
-        meta.shard_offset = m->shard_offset;
-        meta.shard_length = m->shard_length;
-      }
-    }
-    return out;
+    return read_param_metas(p, n, "the weight source's metadata");
   }
 
   // A fresh pass: calls visit(tensor) for each item; end() runs when the Pass is destroyed.

@@ -10,8 +10,8 @@
 // status code and the message the host reads.
 #pragma once
 
-#include <wt/requires_cxx20.hpp>
 #include <wt/dlpack_ops.hpp>
+#include <wt/requires_cxx20.hpp>
 
 #include <wt/wt_plugin.h>
 #include <wt/sdk/errors.hpp>
@@ -59,6 +59,9 @@ struct WorkerContext {
   DLDevice device{kDLCPU, 0};
   void* stream = nullptr;  // cudaStream_t the model uses; null: the legacy default stream
   nlohmann::json backend_options = nlohmann::json::object();  // receiver-side; FieldReader it
+  // The model this worker holds, as it keeps each parameter, when the host knows it (wt 0.4 and
+  // later, once a model is loaded); empty: not known.
+  std::vector<ParamMeta> held;
 };
 
 class TrainerBase {
@@ -241,6 +244,8 @@ struct PluginTables {
                             fmt::format("backend options for backend '{}' (worker)", D.backend));
         if (c.backend_options.is_null()) c.backend_options = nlohmann::json::object();
       }
+      if (has_slot(args, &wt_worker_create_args::held_count) && args->held_count > 0)
+        c.held = read_param_metas(args->held, args->held_count, "the model the host says it holds");
       auto init = parse_json_text(args->init_info_json,
                                   fmt::format("init_info for backend '{}'", D.backend));
       auto w = std::make_unique<wt_worker>();
