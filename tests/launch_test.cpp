@@ -2,6 +2,7 @@
 // error naming the file, the line and the key.
 #include "support/free_port.hpp"
 #include "support/process.hpp"
+#include "support/test_configs.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -27,13 +28,7 @@ test::ProcessResult launch(const std::string& config, const std::string& flags =
   return test::run_process(cache_env() + " " + WT_CLI_PATH + " launch " + config + " " + flags);
 }
 
-std::string write_config(const std::string& name, const std::string& text) {
-  auto dir = fs::path(WT_BUILD_DIR) / "test-configs";
-  fs::create_directories(dir);
-  auto p = dir / name;
-  std::ofstream(p) << text;
-  return p.string();
-}
+using test::write_config;
 
 // The CPU configs (those with an embedded receiver and no CUDA device) shipped in configs/.
 std::vector<std::string> cpu_configs() {

@@ -5,6 +5,7 @@
 // trainer rank killed mid-round fails the round within the transfer deadline.
 #include "support/free_port.hpp"
 #include "support/process.hpp"
+#include "support/test_configs.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,13 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string write_config(const std::string& name, const std::string& text) {
-  auto dir = fs::path(WT_BUILD_DIR) / "test-configs";
-  fs::create_directories(dir);
-  auto p = dir / name;
-  std::ofstream(p) << text;
-  return p.string();
-}
+using test::write_config;
 
 test::ProcessResult launch(const std::string& config) {
   return test::run_process(std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache " + WT_CLI_PATH +

@@ -4,6 +4,7 @@
 // loopback (tests/cluster/two_hosts.sh runs the same across two network namespaces).
 #include "support/free_port.hpp"
 #include "support/nccl_processes.hpp"
+#include "support/test_configs.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,13 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 const std::string kSecret = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-std::string write_config(const std::string& name, const std::string& text) {
-  auto dir = fs::path(WT_BUILD_DIR) / "test-configs";
-  fs::create_directories(dir);
-  auto p = dir / name;
-  std::ofstream(p) << text;
-  return p.string();
-}
+using test::write_config;
 
 std::string job_config(const std::string& name, const std::string& backend,
                        const std::vector<test::Served*>& receivers, const std::string& extra,
