@@ -66,6 +66,43 @@ std::string read_secret_file(const std::string& path) {
   return checked_secret(std::move(text), from);
 }
 
+// Wildcards, multicast and broadcast addresses can be bound or sent to, but no peer can dial them.
+bool dialable(const std::string& numeric) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, numeric.c_str(), &v4) == 1) {
+    const uint32_t a = ntohl(v4.s_addr);
+    return a != 0 && (a >> 28) != 0xE && a != 0xFFFFFFFFu;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, numeric.c_str(), &v6) != 1) return false;
+  return !IN6_IS_ADDR_UNSPECIFIED(&v6) && !IN6_IS_ADDR_MULTICAST(&v6);
+}
+
+// Refuses a rendezvous address no peer could dial; `from` names where it came from.
+void check_dialable(const std::string& from, const std::string& host,
+                    const std::vector<std::string>& addresses) {
+  for (const auto& a : addresses)
+    if (!dialable(a))
+      bad(
+          fmt::format("{} '{}' resolves to {}, which no peer can dial (a wildcard, multicast or "
+                      "broadcast address): give an address of rank 0's host the others can reach",
+                      from, host, a));
+}
+
+// Whether this host owns `numeric` (it can bind it).
+bool is_local_address(const std::string& numeric) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(numeric.c_str(), "0", &hints, &res) != 0 || res == nullptr) return false;
+  const int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  const bool ok = fd >= 0 && ::bind(fd, res->ai_addr, res->ai_addrlen) == 0;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return ok;
+}
+
 std::string loopback_only(const std::string& host) {
   const auto all = resolve_addresses(host);
   if (all.empty() || !std::all_of(all.begin(), all.end(), is_loopback_address)) return {};
@@ -123,6 +160,7 @@ void check_rendezvous_reaches_receivers(const LaunchConfig& cfg,
   const auto it = cfg.init_info.find("master_address");
   if (it == cfg.init_info.end() || !it->is_string()) return;
   const std::string address = it->get<std::string>();
+  check_dialable("init_info.master_address", address, resolve_addresses(address));
   const std::string loopback = loopback_only(address);
   if (loopback.empty()) return;
   for (const auto& url : receiver_urls) {
@@ -167,12 +205,7 @@ ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv
     p.group_address_from = "trainer.group_address";
   } else if (!launcher->master_addr.empty()) {
     p.group_address = launcher->master_addr;
-    p.group_address_from =
-        launcher->source == "torchrun" ? "MASTER_ADDR"
-        : std::find(launcher->variables.begin(), launcher->variables.end(),
-                    std::string("SLURM_STEP_NODELIST")) != launcher->variables.end()
-            ? "SLURM_STEP_NODELIST"
-            : "SLURM_JOB_NODELIST";
+    p.group_address_from = launcher->master_from;
   }
   p.group_port = cfg.group_port;
   if (p.world_size == 1) return p;  // a group of one: nothing to meet, nothing to share
@@ -191,13 +224,39 @@ ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv
   if (addresses.empty())
     bad(fmt::format("{} '{}' (trainer rank 0's host) does not resolve", p.group_address_from,
                     p.group_address));
+  check_dialable(p.group_address_from, p.group_address, addresses);
   if (launcher->hosts > 1 && std::all_of(addresses.begin(), addresses.end(), is_loopback_address))
+    bad(fmt::format(
+        "{} '{}' resolves to {}, a loopback address, but the job's {} ranks run on {} hosts ({}): "
+        "the ranks on the other hosts could never reach trainer rank 0 there. {}",
+        p.group_address_from, p.group_address, addresses.front(), p.world_size, launcher->hosts,
+        said,
+        p.rank == 0 ? "On this host (rank 0's) the name resolves to loopback, as /etc/hosts does "
+                      "for a host's own name on Debian and Ubuntu (127.0.1.1): set "
+                      "trainer.group_address to this host's address on the cluster network"
+                    : "Give rank 0's host name or an address the other hosts can reach"));
+  // Rank 0 listens there: an address of another host (a node list whose first host is not rank
+  // 0's, a typo) would fail only at the bind, and the others would wait out their deadline.
+  if (p.rank == 0 && std::none_of(addresses.begin(), addresses.end(), is_local_address))
     bad(
-        fmt::format("{} '{}' resolves to {}, a loopback address, but the job's {} ranks run on {} "
-                    "hosts ({}): the ranks on the other hosts could never reach trainer rank 0 "
-                    "there. Give rank 0's host name or an address the other hosts can reach",
-                    p.group_address_from, p.group_address, addresses.front(), p.world_size,
-                    launcher->hosts, said));
+        fmt::format("this is trainer rank 0, which hosts the trainer group, but {} '{}' resolves "
+                    "to {}, none of which is an address of this host: set trainer.group_address "
+                    "to rank 0's host",
+                    p.group_address_from, p.group_address, fmt::join(addresses, ", ")));
+  if (const auto mp = cfg.init_info.find("master_port");
+      mp != cfg.init_info.end() && mp->is_number_integer() && mp->get<int64_t>() == p.group_port) {
+    const auto ma = cfg.init_info.find("master_address");
+    const auto theirs = ma != cfg.init_info.end() && ma->is_string()
+                            ? resolve_addresses(ma->get<std::string>())
+                            : std::vector<std::string>{};
+    for (const auto& a : theirs)
+      if (std::find(addresses.begin(), addresses.end(), a) != addresses.end())
+        bad(
+            fmt::format("{}: trainer.group_port {} is init_info.master_port too, on the same host "
+                        "({}): the trainer group and the backend's rendezvous each need their own",
+                        cfg.file, p.group_port, a));
+  }
+
   const char* env_secret = getenv("WT_TRAINER_SECRET");
   std::string from_env = env_secret != nullptr && *env_secret != '\0'
                              ? checked_secret(env_secret, "WT_TRAINER_SECRET")

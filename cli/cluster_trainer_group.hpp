@@ -14,10 +14,12 @@
 
 namespace wt::cli {
 
-// Blocks until every rank joined, within `timeout` (also every collective's deadline). Throws
-// wt::Error naming the rendezvous: WT_ERR_TIMEOUT when a rank did not come, WT_ERR_REMOTE when a
-// peer did not prove the secret, WT_ERR_SYSTEM when rank 0 cannot listen at the group address.
-std::unique_ptr<TrainerGroup> join_cluster_trainer_group(const ClusterPlace& place,
-                                                         std::chrono::milliseconds timeout);
+// Blocks until every rank joined, within `join_timeout`; each collective then has
+// `collective_timeout`. Throws wt::Error naming the rendezvous: WT_ERR_TIMEOUT when a rank did
+// not come, WT_ERR_REMOTE when a peer did not prove the secret, WT_ERR_SYSTEM when rank 0 cannot
+// listen at the group address.
+std::unique_ptr<TrainerGroup> join_cluster_trainer_group(
+    const ClusterPlace& place, std::chrono::milliseconds join_timeout,
+    std::chrono::milliseconds collective_timeout);
 
 }  // namespace wt::cli

@@ -1,9 +1,9 @@
 // `wt gen-checkpoint DIR`: a synthetic safetensors checkpoint with a real LLM's names and shapes.
 #include "commands.hpp"
 
-#include <wt/services/checkpoint_gen.hpp>
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
+#include <wt/services/checkpoint_gen.hpp>
 
 #include <fmt/format.h>
 

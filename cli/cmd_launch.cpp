@@ -107,11 +107,18 @@ Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
   std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0, 1);
   if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
       !cfg.init_info.contains("world_size"))
-    for (const auto& url : cfg.receiver_urls) {
+    for (std::size_t k = 0; k < cfg.receiver_urls.size(); ++k) {
       HttpClient::Options hopts;
       hopts.bearer_token = cfg.receiver_token;
-      hopts.timeout = std::chrono::seconds(30);
-      world_sizes.push_back(HttpClient(url, hopts).get("/get_world_size").value("world_size", 1));
+      hopts.timeout =
+          std::chrono::milliseconds(static_cast<int64_t>(cfg.receiver_timeout_s * 1000));
+      try {
+        world_sizes.push_back(HttpClient(cfg.receiver_urls[k], hopts).world_size());
+      } catch (const Error& e) {
+        throw Error(e.code(),
+                    fmt::format("receiver {} of {} ({}): {}", k + 1, cfg.receiver_urls.size(),
+                                cfg.receiver_urls[k], e.what()));
+      }
     }
   try {
     validate_init_info(cfg, world_sizes);
@@ -429,6 +436,7 @@ int run_rank_from_env(const LaunchConfig& cfg) {
   for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
   const ClusterPlace place =
       resolve_cluster_place(cfg, [](const char* n) { return std::getenv(n); });
+  ::unsetenv("WT_TRAINER_SECRET");  // read: no process this one starts inherits it
   const std::string me = fmt::format("rank {}", place.rank);
   for (const auto& line : describe(place)) fmt::print(stderr, "wt launch: {}: {}\n", me, line);
   const Checkpoint ckpt = check_config(cfg, place.local_rank != 0);

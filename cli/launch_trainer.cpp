@@ -147,10 +147,18 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     FanOutClient client(replicas);
     std::unique_ptr<TrainerGroup> group;
     const std::chrono::milliseconds group_timeout(static_cast<int64_t>(cfg.group_timeout_s * 1000));
+    // Between rounds the others wait while rank 0 verifies: each receiver's checksums may take
+    // up to the control plane's deadline.
+    const auto between_rounds =
+        group_timeout +
+        (cfg.verify
+             ? std::chrono::milliseconds(static_cast<int64_t>(
+                   cfg.receiver_timeout_s * 1000 * static_cast<double>(args.receiver_urls.size())))
+             : std::chrono::milliseconds(0));
     if (args.cluster != nullptr && ranks > 1)
-      group = join_cluster_trainer_group(*args.cluster, group_timeout);
+      group = join_cluster_trainer_group(*args.cluster, group_timeout, between_rounds);
     else if (ranks > 1)
-      group = make_gloo_trainer_group(args.rank, ranks, args.rendezvous_dir, group_timeout);
+      group = make_gloo_trainer_group(args.rank, ranks, args.rendezvous_dir, between_rounds);
     // A backend told to move CUDA memory (init_info.device: cuda:N) gets the checkpoint there.
     WeightSource* send_from = &source;
     std::unique_ptr<WeightSource> sharded;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace wt::cli {
@@ -123,7 +124,7 @@ std::optional<LauncherPlace> place_from_env(const Getenv& getenv) {
     const char *source, *rank, *size, *local, *local_size;  // local_size: ranks on this host
   };
   static constexpr Launcher kLaunchers[] = {
-      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},  // or Ray's (below)
       {"SLURM", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
       {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
        "OMPI_COMM_WORLD_LOCAL_SIZE"}};
@@ -146,15 +147,25 @@ std::optional<LauncherPlace> place_from_env(const Getenv& getenv) {
       bad(fmt::format("{}={} is not below {}={} (set by the launcher: {})", l.rank, p.rank, l.size,
                       p.world_size, l.source));
     if (const char* local = r.get(l.local)) p.local_rank = r.number(l.local, local, 0, p.rank);
-    if (const char* n = l.local_size ? r.get(l.local_size) : nullptr) {
-      const int here = r.number(l.local_size, n, 1, p.world_size);
+    const char* local_size_name = l.local_size;
+    // verl's Ray workers set torchrun's names but count the ranks on a host as Ray does.
+    if (local_size_name != nullptr && getenv(local_size_name) == nullptr &&
+        p.source == std::string("torchrun") && getenv("RAY_LOCAL_WORLD_SIZE") != nullptr)
+      local_size_name = "RAY_LOCAL_WORLD_SIZE";
+    if (const char* n = local_size_name ? r.get(local_size_name) : nullptr) {
+      const int here = r.number(local_size_name, n, 1, p.world_size);
       if (p.local_rank >= here)
         bad(fmt::format("{}={} is not below {}={} (set by the launcher: {})", l.local, p.local_rank,
-                        l.local_size, here, l.source));
+                        local_size_name, here, l.source));
       p.hosts = (p.world_size + here - 1) / here;
     }
+    // torchrun numbers a host's ranks together: a local rank other than the rank is on another
+    // host than rank 0.
+    if (p.source == std::string("torchrun") && p.local_rank != p.rank)
+      p.hosts = std::max(p.hosts, 2);
     if (p.source == std::string("torchrun")) {
       if (const char* a = r.get("MASTER_ADDR")) p.master_addr = a;
+      p.master_from = "MASTER_ADDR";
       if (const char* port = r.get("MASTER_PORT"))
         p.master_port = r.number("MASTER_PORT", port, 1, 65535);
       if (p.world_size > 1 && p.master_addr.empty())
@@ -162,7 +173,11 @@ std::optional<LauncherPlace> place_from_env(const Getenv& getenv) {
                         p.world_size));
     } else if (p.source == std::string("SLURM")) {
       const char* list = r.get("SLURM_STEP_NODELIST");
-      if (list == nullptr) list = r.get("SLURM_JOB_NODELIST");
+      p.master_from = "SLURM_STEP_NODELIST";
+      if (list == nullptr || *list == '\0') {
+        list = r.get("SLURM_JOB_NODELIST");
+        p.master_from = "SLURM_JOB_NODELIST";
+      }
       if (list != nullptr && *list != '\0') {
         const auto hosts = expand_slurm_nodelist(list);
         p.master_addr = hosts.front();

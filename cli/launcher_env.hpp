@@ -14,6 +14,7 @@ namespace wt::cli {
 struct LauncherPlace {
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr;  // empty: none given (SLURM without a node list, Open MPI)
+  std::string master_from;  // the variable it came from (MASTER_ADDR, SLURM_STEP_NODELIST, ...)
   int master_port = 0;      // 0: none given (the launcher's own store holds it; wt never binds it)
   // How many hosts the job's ranks run on, where the launcher tells (torchrun's LOCAL_WORLD_SIZE,
   // SLURM's node list, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE); 0: it does not.

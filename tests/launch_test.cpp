@@ -14,6 +14,7 @@
 #include <fstream>
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace wt {
 namespace {
@@ -225,6 +226,7 @@ TEST(Launch, DryRunSaysWhereThisProcessSitsUnderEachLauncherAndStartsNothing) {
                         "(MASTER_ADDR, trainer.group_port), proven with the secret from "
                         "WT_TRAINER_SECRET"));
   EXPECT_THAT(torchrun.output, HasSubstr("this rank's pairs: on "));
+  EXPECT_THAT(torchrun.output, Not(HasSubstr("this rank's pairs: on none")));
   // Without the secret, the dry run says why the run would refuse.
   auto no_secret = test::run_process(
       "env -u WT_TRAINER_SECRET -u SLURM_PROCID RANK=1 WORLD_SIZE=2 "

@@ -273,6 +273,56 @@ TEST(ClusterPlace, ALoopbackRendezvousIsRefusedWhenTheRanksSpanHosts) {
       HasSubstr("MASTER_ADDR 'no-such-host.invalid' (trainer rank 0's host) does not resolve"));
 }
 
+TEST(ClusterPlace, AnAddressNoPeerCanDialOrThatIsNotRankZerosIsRefused) {
+  for (const char* wildcard : {"0.0.0.0", "::", "224.0.0.1"})
+    EXPECT_THAT(
+        error_of([&] { resolve_cluster_place(config_of(), env(torchrun(1, 2, 1, wildcard))); }),
+        HasSubstr("which no peer can dial (a wildcard, multicast or broadcast address)"))
+        << wildcard;
+  // Rank 0 listens at the group address: one of another host is refused before anything binds.
+  EXPECT_THAT(
+      error_of([] { resolve_cluster_place(config_of(), env(torchrun(0, 2, 1, "192.0.2.7"))); }),
+      HasSubstr("this is trainer rank 0, which hosts the trainer group, but MASTER_ADDR "
+                "'192.0.2.7' resolves to 192.0.2.7, none of which is an address of this "
+                "host"));
+  EXPECT_NO_THROW(resolve_cluster_place(config_of(), env(torchrun(1, 2, 1, "192.0.2.7"))));
+  // Rank 0's own name resolving to loopback says why.
+  EXPECT_THAT(
+      error_of([] { resolve_cluster_place(config_of(), env(torchrun(0, 2, 1, "localhost"))); }),
+      HasSubstr("/etc/hosts does for a host's own name on Debian and Ubuntu (127.0.1.1)"));
+  // torchrun numbers each host's ranks together: local rank 0 of rank 5 is on another host, so
+  // loopback is refused even without LOCAL_WORLD_SIZE.
+  auto e = torchrun(5, 8, 4, "localhost");
+  e.erase("LOCAL_WORLD_SIZE");
+  e["LOCAL_RANK"] = "0";
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(config_of(), env(e)); }),
+              HasSubstr("a loopback address, but the job's 8 ranks run on 2 hosts"));
+  // Ray frameworks' count of the ranks on a host.
+  auto ray = torchrun(1, 4, 2);
+  ray.erase("LOCAL_WORLD_SIZE");
+  ray["RAY_LOCAL_WORLD_SIZE"] = "2";
+  ray["MASTER_ADDR"] = "192.0.2.7";
+  EXPECT_EQ(resolve_cluster_place(config_of(), env(ray)).launcher.hosts, 2);
+  // An empty step node list falls back to the job's.
+  auto s = resolve_cluster_place(config_of(), env({{"SLURM_PROCID", "1"},
+                                                   {"SLURM_NTASKS", "2"},
+                                                   {"SLURM_STEP_NODELIST", ""},
+                                                   {"SLURM_JOB_NODELIST", "localhost"},
+                                                   {"WT_TRAINER_SECRET", kSecret}}));
+  EXPECT_EQ(s.group_address_from, "SLURM_JOB_NODELIST");
+  // The trainer group and the backend's rendezvous on one port of one host.
+  auto c = config_of();
+  c.group_port = 29600;
+  c.init_info = {{"master_address", "127.0.0.1"}, {"master_port", 29600}};
+  EXPECT_THAT(error_of([&] { resolve_cluster_place(c, env(torchrun(0, 2, 2))); }),
+              HasSubstr("trainer.group_port 29600 is init_info.master_port too, on the same host"));
+  LaunchConfig w = config_of();
+  w.init_info = {{"master_address", "0.0.0.0"}};
+  EXPECT_THAT(error_of([&] { check_rendezvous_reaches_receivers(w, {"http://127.0.0.1:1"}); }),
+              HasSubstr("init_info.master_address '0.0.0.0' resolves to 0.0.0.0, which no peer "
+                        "can dial"));
+}
+
 TEST(ClusterPlace, SeveralRanksNeedOneSecretFromAFileOfTheirsOrTheEnvironment) {
   auto no_secret = torchrun(0, 2, 2);
   no_secret.erase("WT_TRAINER_SECRET");

@@ -80,11 +80,17 @@ std::vector<Launcher> launchers() {
       // verl's RayWorkerGroup: torchrun's names, no LOCAL_WORLD_SIZE, Ray's own local rank.
       {"ray",
        [](int r) {
-         return std::vector<std::string>{
-             "RANK=" + std::to_string(r), "WORLD_SIZE=2",          "LOCAL_RANK=0",
-             "RAY_LOCAL_RANK=0",          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"};
+         return std::vector<std::string>{"RANK=" + std::to_string(r),
+                                         "WORLD_SIZE=2",
+                                         "LOCAL_RANK=" + std::to_string(r),
+                                         "RAY_LOCAL_RANK=" + std::to_string(r),
+                                         "RAY_LOCAL_WORLD_SIZE=2",
+                                         "MASTER_ADDR=127.0.0.1",
+                                         "MASTER_PORT=29500"};
        },
-       "", "launcher: torchrun (from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)"},
+       "",
+       "launcher: torchrun (from RANK, WORLD_SIZE, LOCAL_RANK, RAY_LOCAL_WORLD_SIZE, MASTER_ADDR, "
+       "MASTER_PORT)"},
       {"openmpi",
        [](int r) {
          return std::vector<std::string>{

@@ -28,7 +28,7 @@ cleanup() {
   if ((netns)); then
     ip netns del "${tag}a" 2>/dev/null || true
     ip netns del "${tag}b" 2>/dev/null || true
-    rm -rf "/etc/netns/${tag}a"
+    rm -rf "/etc/netns/${tag}a" "/etc/netns/${tag}b"
   fi
   [[ -n ${WT_KEEP:-} ]] && echo "kept $work" || rm -rf "$work"
 }
@@ -47,18 +47,25 @@ if [[ -z ${WT_TWO_HOSTS_LOOPBACK:-} ]] && ip netns add "${tag}a" 2>/dev/null && 
   ip -n "${tag}a" link set "${tag}x" up
   ip -n "${tag}b" link set "${tag}y" up
   trainer_addr="$net.1" receiver_addr="$net.2"
-  # The trainer host's name, as SLURM's node list gives it, resolves there (ip netns exec mounts
+  # The hosts' names, as SLURM's node list gives them, resolve on both (ip netns exec mounts
   # /etc/netns/NAME/hosts over /etc/hosts).
-  mkdir -p "/etc/netns/${tag}a"
-  printf '127.0.0.1 localhost\n%s %s-trainer01\n' "$trainer_addr" "$tag" > "/etc/netns/${tag}a/hosts"
-  slurm_nodes="${tag}-trainer[01]" slurm_host="${tag}-trainer01"
+  for side in a b; do
+    mkdir -p "/etc/netns/$tag$side"
+    printf '127.0.0.1 localhost\n%s %s-node01\n%s %s-node02\n' "$trainer_addr" "$tag" \
+      "$receiver_addr" "$tag" > "/etc/netns/$tag$side/hosts"
+  done
+  slurm_nodes="${tag}-node[01-02]" slurm_host="${tag}-node01"
+  # Trainer rank 1 of the launcher-started jobs runs on the other host: the trainer group
+  # crosses the link too.
+  rank1_addr=$receiver_addr
   on_trainer=(ip netns exec "${tag}a")
   on_receivers=(ip netns exec "${tag}b")
   echo "two hosts: network namespaces ${tag}a ($trainer_addr) and ${tag}b ($receiver_addr), joined by a veth pair"
 else
   ip netns del "${tag}a" 2>/dev/null || true
+  ip netns del "${tag}b" 2>/dev/null || true
   trainer_addr=127.0.0.2 receiver_addr=127.0.0.3
-  slurm_nodes=127.0.0.2 slurm_host=127.0.0.2
+  slurm_nodes=127.0.0.2 slurm_host=127.0.0.2 rank1_addr=127.0.0.2
   on_trainer=() on_receivers=()
   echo "two hosts: namespaces refused here; loopback addresses $trainer_addr and $receiver_addr"
 fi
@@ -111,17 +118,21 @@ echo "synced and verified: $(grep -c "verified [0-9]*/[0-9]* tensors" "$work/syn
 
 # Two trainer ranks as a cluster launcher starts them, in the background: rank_job NAME CONFIG
 # LAUNCHER; each rank's pid in job_pids, its log in $work/NAME.rankK.log.
+# With namespaces, rank 1 runs on the other host, one rank per host, as the launcher sets it;
+# on loopback addresses both run on one.
 rank_job() {
   job_pids=()
   for r in 0 1; do
+    on_host=("${on_trainer[@]}") node=0 local=$r per_node=2
+    if ((netns && r == 1)); then on_host=("${on_receivers[@]}") node=1 local=0 per_node=1; fi
     if [[ $3 == torchrun ]]; then
-      vars=(RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 GROUP_RANK=0
+      vars=(RANK=$r WORLD_SIZE=2 LOCAL_RANK=$local LOCAL_WORLD_SIZE=$per_node GROUP_RANK=$node
             MASTER_ADDR="$trainer_addr" MASTER_PORT=$((port_base + 30)))
     else
-      vars=(SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r SLURM_NODEID=0 SLURM_NNODES=1
+      vars=(SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$local SLURM_NODEID=$node
             SLURM_JOB_NODELIST="$slurm_nodes" SLURM_STEP_NODELIST="$slurm_nodes")
     fi
-    WT_CACHE_DIR=$cache "${on_trainer[@]}" env "${vars[@]}" "$wt" launch "$2" --rank-from-env \
+    WT_CACHE_DIR=$cache "${on_host[@]}" env "${vars[@]}" "$wt" launch "$2" --rank-from-env \
       > "$work/$1.rank$r.log" 2>&1 &
     job_pids+=($!)
   done
@@ -136,6 +147,7 @@ init_info:
   transfer_timeout_s: $deadline_s
 trainer:
   group_port: $6
+  group_timeout_s: $deadline_s  # a rank waiting for a cut-off peer between rounds stops here
 source:
   generate: {model: qwen2.5-0.5b}
   ${7:-}
@@ -156,9 +168,9 @@ done
 grep -q "OK: every round verified" "$work/torchrun.rank0.log" || { cat "$work/torchrun.rank0.log"; exit 1; }
 grep -q "launcher: torchrun (from RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT)" \
   "$work/torchrun.rank1.log" || { cat "$work/torchrun.rank1.log"; echo "FAIL: rank 1 did not read torchrun"; exit 1; }
-grep -q "this rank's pairs: on $trainer_addr " "$work/torchrun.rank1.log" ||
+grep -q "this rank's pairs: on $rank1_addr " "$work/torchrun.rank1.log" ||
   { cat "$work/torchrun.rank1.log"; echo "FAIL: rank 1 advertises another address"; exit 1; }
-echo "torchrun form: 2 trainer ranks, nccl to 2 receivers across the hosts, every round verified"
+echo "torchrun form: 2 trainer ranks (rank 1 on $rank1_addr), nccl to 2 receivers across the hosts, every round verified"
 
 # 3. m2n from two trainer ranks under SLURM's variables: each sends its half of every tensor.
 shard='shard: {rank_of: trainer, dim: 0}'
@@ -170,7 +182,7 @@ done
 grep -q "OK: every round verified" "$work/slurm.rank0.log" || { cat "$work/slurm.rank0.log"; exit 1; }
 grep -q "rendezvous at $slurm_host:$((port_base + 14)) (SLURM_STEP_NODELIST" "$work/slurm.rank1.log" ||
   { cat "$work/slurm.rank1.log"; echo "FAIL: rank 1 did not meet at SLURM's first host"; exit 1; }
-echo "SLURM form: 2 trainer ranks (node list $slurm_nodes), m2n shards to 2 receivers, every round verified"
+echo "SLURM form: 2 trainer ranks (node list $slurm_nodes, rank 1 on $rank1_addr), m2n shards to 2 receivers, every round verified"
 
 # Cuts the link (or stops these receivers) and prints the time of the cut; heal undoes it.
 cut_link() {
@@ -211,6 +223,17 @@ for r in 0 1; do
     { cat "$log"; echo "FAIL: m2n rank $r took $took s to fail (deadline $limit s)"; exit 1; }
   echo "m2n trainer rank $r failed $took s after the cut (deadline $limit s): $(grep -o "error: .*" "$log" | head -1 | cut -c1-160)"
 done
+if ((netns)); then  # the workers end the round at their own deadline
+  for _ in $(seq $((deadline_s * 20 + 60))); do
+    grep -q "receive failed" "$work/receiver2.log" && grep -q "receive failed" "$work/receiver3.log" && break
+    sleep 0.1
+  done
+  for k in 2 3; do
+    grep -q "receive failed" "$work/receiver$k.log" ||
+      { cat "$work/receiver$k.log"; echo "FAIL: m2n receiver $k did not end its round"; exit 1; }
+  done
+  echo "both m2n receivers ended the round: $(grep -h -o "receive failed: [^(]*" "$work"/receiver[23].log | sort -u | head -1)"
+fi
 heal_link "${pids[2]}" "${pids[3]}"
 for k in 2 3; do kill -0 "${pids[$k]}" || { echo "FAIL: m2n receiver $k died"; exit 1; }; done
 
