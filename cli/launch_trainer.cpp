@@ -252,7 +252,15 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
         perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
       // The ranks start each round together, as a training loop's optimizer step makes them:
       // otherwise rank 0's verification would count against the others' transfer deadline.
-      if (group != nullptr && r + 1 < cfg.rounds) group->barrier();
+      if (group != nullptr && r + 1 < cfg.rounds) {
+        try {
+          group->barrier();
+        } catch (const Error& e) {
+          throw Error(e.code(), fmt::format("after round {}, waiting for the other trainer ranks "
+                                            "(one failed or went away?): {}",
+                                            r + 1, e.what()));
+        }
+      }
     }
     return 0;
   } catch (const std::exception& e) {

@@ -23,6 +23,43 @@ ParamMeta meta_of(const std::string& name, const DLTensor& t) {
   return ParamMeta{name, t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim)};
 }
 
+}  // namespace
+
+ShardOf shard_of(py::object value, const std::string& name) {
+  ShardOf s;
+  if (is_torch_tensor(value) || !py::hasattr(value, "__wt_shard__")) {
+    s.tensor = std::move(value);
+    return s;
+  }
+  s.tensor = value.attr("local");
+  s.dim = value.attr("dim").cast<int>();
+  s.offset = value.attr("offset").cast<int64_t>();
+  for (py::handle d : py::iter(value.attr("full_shape"))) s.full_shape.push_back(d.cast<int64_t>());
+  if (s.dim < 0 || static_cast<std::size_t>(s.dim) >= s.full_shape.size())
+    throw invalid(
+        fmt::format("wt.Shard of tensor '{}': dim {} is not a dimension of its full "
+                    "shape ({} dimension(s))",
+                    name, s.dim, s.full_shape.size()));
+  return s;
+}
+
+ParamMeta meta_of(const std::string& name, const DLTensor& t, const ShardOf& s) {
+  ParamMeta m = meta_of(name, t);
+  if (s.dim < 0) return m;
+  if (static_cast<std::size_t>(t.ndim) != s.full_shape.size())
+    throw invalid(
+        fmt::format("wt.Shard of tensor '{}': the local tensor has {} dimension(s), its "
+                    "full shape {}",
+                    name, t.ndim, s.full_shape.size()));
+  m.shard_dim = s.dim;
+  m.shard_offset = s.offset;
+  m.shard_length = t.shape[s.dim];
+  m.shape = s.full_shape;  // the host checks the slice against it
+  return m;
+}
+
+namespace {
+
 py::object items_of(py::handle obj) {
   if (py::hasattr(obj, "items") && !py::isinstance<py::list>(obj)) return obj.attr("items")();
   return py::reinterpret_borrow<py::object>(obj);
@@ -44,9 +81,10 @@ std::vector<ParamMeta> metadata_of(py::handle items, const std::string& what) {
       for (py::handle d : py::iter(seq[2])) m.shape.push_back(d.cast<int64_t>());
       meta.push_back(std::move(m));
     } else {
-      auto [name, tensor] = pair_of(item, i, what);
-      Held h = to_dlpack(tensor, pattern, name);
-      meta.push_back(meta_of(name, h.tensor()));
+      auto [name, value] = pair_of(item, i, what);
+      const ShardOf s = shard_of(value, name);
+      Held h = to_dlpack(s.tensor, pattern, name);
+      meta.push_back(meta_of(name, h.tensor(), s));
     }
     ++i;
   }
@@ -231,6 +269,9 @@ bool PySource::fetch(wt_tensor& out) {
   Py_ssize_t size = 0;
   const char* utf8 = PyUnicode_AsUTF8AndSize(name.ptr(), &size);
   if (utf8 == nullptr) throw py::error_already_set();
+  // A wt.Shard: the engine gets its local slice (the metadata carries where it sits).
+  if (!is_torch_tensor(tensor))
+    tensor = shard_of(std::move(tensor), std::string(utf8, size)).tensor;
   if (prefetched_ && is_torch_tensor(tensor)) {
     out.tensor = cached_export(index, tensor, std::string_view(utf8, size));
   } else {

@@ -20,6 +20,16 @@
 
 namespace wt::python {
 
+// A source's value: a tensor, or a wt.Shard (what this trainer rank holds of a parameter: its
+// local slice at `offset` along `dim` of a tensor of `full_shape`; dim -1: a plain tensor).
+struct ShardOf {
+  py::object tensor;
+  int dim = -1;
+  int64_t offset = 0;
+  std::vector<int64_t> full_shape;
+};
+ShardOf shard_of(py::object value, const std::string& name);  // GIL held
+
 class PySource final : public WeightSource {
  public:
   struct Export {

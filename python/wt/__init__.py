@@ -28,7 +28,7 @@ from .errors import (Aborted, Device, Error, Incompatible, Internal, InvalidArgu
                      Remote, State, System, Timeout, Unsupported)
 
 __all__ = [
-    "trainer_init", "TrainerEngine", "WorkerEngine", "Receiver", "HttpClient", "SparsePatch",
+    "trainer_init", "TrainerEngine", "WorkerEngine", "Receiver", "HttpClient", "SparsePatch", "Shard",
     "PinnedSource",
     "make_delta", "plugins", "search_path", "add_plugin_directory", "launch", "errors", "Error",
     "InvalidArgument", "Incompatible", "Unsupported", "State", "System", "Device", "Timeout",
@@ -36,6 +36,31 @@ __all__ = [
 ]
 
 TrainerEngine = _TrainerEngine
+
+
+class Shard:
+    """What this trainer rank holds of one parameter, as FSDP or tensor parallelism shard it:
+    ``local`` is the slice ``[offset, offset + local.shape[dim])`` along dimension ``dim`` of a
+    tensor whose whole shape is ``full_shape``. Give it as a source's value (in a dict, or as the
+    tensor of a (name, value) pair); a backend that moves shards (m2n) sends only the slice, any
+    other refuses the source at ``trainer_init``, naming the parameter::
+
+        source = {name: wt.Shard(p.to_local(), p.shape, dim=0, offset=rank * chunk)
+                  for name, p in fsdp_model.named_parameters()}
+    """
+
+    __slots__ = ("local", "full_shape", "dim", "offset")
+    __wt_shard__ = True
+
+    def __init__(self, local, full_shape, dim, offset):
+        self.local = local
+        self.full_shape = tuple(int(d) for d in full_shape)
+        self.dim = int(dim)
+        self.offset = int(offset)
+
+    def __repr__(self):
+        return (f"wt.Shard(local={tuple(self.local.shape)}, full_shape={self.full_shape}, "
+                f"dim={self.dim}, offset={self.offset})")
 
 # Engines still open when the interpreter exits are closed first, while threads can still take
 # the GIL (a plugin's threads may need it to finish).
