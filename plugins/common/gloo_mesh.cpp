@@ -11,7 +11,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 namespace wt::plugins {
@@ -144,13 +146,48 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
   SigpipeBlocked no_sigpipe;  // also for Gloo's loop thread, started in here
   try {
     gloo_call(what, [&] {
-      TcpStoreClient client(o.master_address, o.master_port, secret, until, o.give_up);
+      auto client = std::make_shared<TcpStoreClient>(o.master_address, o.master_port, secret, until,
+                                                     o.give_up);
       gloo::transport::tcp::attr attr(local_address_towards(o.master_address).c_str());
       auto device = gloo::transport::tcp::CreateDevice(attr);
       context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
       context->setTimeout(time_left(until));
-      context->connectFullMesh(client, device);
-      authenticate_pairs(*context, o, secret, until);
+      // Gloo's pair connect waits without end for a peer that published its address and then
+      // died: the mesh forms on a thread of its own, watched here against the deadline. A
+      // formation that never ends leaves that thread (holding what it uses) behind, blocked.
+      struct Formation {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+        std::exception_ptr error;
+      };
+      auto f = std::make_shared<Formation>();
+      std::thread([f, client, device, context, o, secret, until]() mutable {
+        SigpipeBlocked blocked;
+        std::exception_ptr error;
+        try {
+          context->connectFullMesh(*client, device);
+          authenticate_pairs(*context, o, secret, until);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        std::lock_guard<std::mutex> l(f->mu);
+        f->done = true;
+        f->error = error;
+        f->cv.notify_all();
+      }).detach();
+      std::unique_lock<std::mutex> l(f->mu);
+      const auto grace = until + std::chrono::seconds(1);  // the thread's own errors come first
+      while (!f->done) {
+        if (Clock::now() >= grace)
+          fail(WT_ERR_TIMEOUT,
+               "the mesh did not form within {} ms: a rank published its address and went away "
+               "(or never connected its pairs)",
+               o.rendezvous_timeout.count());
+        if (o.give_up && o.give_up()) fail(WT_ERR_ABORTED, "the rendezvous was given up");
+        f->cv.wait_for(l, std::chrono::milliseconds(20));
+      }
+      if (f->error) std::rethrow_exception(f->error);
     });
   } catch (const sdk::Error& e) {
     if (store != nullptr && !store->failure().empty())

@@ -28,6 +28,13 @@ class PinnedSource:
     def __init__(self, source: Union[Any, Pairs]) -> None: ...
     def __len__(self) -> int: ...
 
+class Shard:
+    local: Any
+    full_shape: Tuple[int, ...]
+    dim: int
+    offset: int
+    def __init__(self, local: Any, full_shape: Sequence[int], dim: int, offset: int) -> None: ...
+
 class TrainerEngine:
     @property
     def backend(self) -> str: ...
