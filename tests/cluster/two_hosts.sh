@@ -200,6 +200,18 @@ heal_link() {
     kill -CONT "$@"
   fi
 }
+# rounds_ended WHAT K L: receivers K and L end the cut round at their own deadline.
+rounds_ended() {
+  for _ in $(seq $((deadline_s * 20 + 60))); do
+    grep -q "receive failed" "$work/receiver$2.log" && grep -q "receive failed" "$work/receiver$3.log" && break
+    sleep 0.1
+  done
+  for k in "$2" "$3"; do
+    grep -q "receive failed" "$work/receiver$k.log" ||
+      { cat "$work/receiver$k.log"; echo "FAIL: $1 receiver $k did not end its round"; exit 1; }
+  done
+  echo "both $1 receivers ended the round: $(grep -h -o "receive failed: [^(]*" "$work/receiver$2.log" "$work/receiver$3.log" | sort -u | head -1)"
+}
 seconds_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 
 # 4. The same m2n job, the link cut in its third round: both trainer ranks fail within the
@@ -224,15 +236,7 @@ for r in 0 1; do
   echo "m2n trainer rank $r failed $took s after the cut (deadline $limit s): $(grep -o "error: .*" "$log" | head -1 | cut -c1-160)"
 done
 if ((netns)); then  # the workers end the round at their own deadline
-  for _ in $(seq $((deadline_s * 20 + 60))); do
-    grep -q "receive failed" "$work/receiver2.log" && grep -q "receive failed" "$work/receiver3.log" && break
-    sleep 0.1
-  done
-  for k in 2 3; do
-    grep -q "receive failed" "$work/receiver$k.log" ||
-      { cat "$work/receiver$k.log"; echo "FAIL: m2n receiver $k did not end its round"; exit 1; }
-  done
-  echo "both m2n receivers ended the round: $(grep -h -o "receive failed: [^(]*" "$work"/receiver[23].log | sort -u | head -1)"
+  rounds_ended m2n 2 3
 fi
 heal_link "${pids[2]}" "${pids[3]}"
 for k in 2 3; do kill -0 "${pids[$k]}" || { echo "FAIL: m2n receiver $k died"; exit 1; }; done
@@ -274,15 +278,7 @@ if ((netns)); then
   # Cut inside a broadcast, the receivers fail their round at their own deadline; either way they
   # stay up.
   if [[ $where == "in a broadcast" ]]; then
-    for _ in $(seq $((deadline_s * 20 + 60))); do
-      grep -q "receive failed" "$work/receiver0.log" && grep -q "receive failed" "$work/receiver1.log" && break
-      sleep 0.1
-    done
-    for k in 0 1; do
-      grep -q "receive failed" "$work/receiver$k.log" ||
-        { cat "$work/receiver$k.log"; echo "FAIL: receiver $k did not end its round"; exit 1; }
-    done
-    echo "both receivers ended the round: $(grep -h -o "receive failed: [^(]*" "$work"/receiver[01].log | sort -u | head -1)"
+    rounds_ended nccl 0 1
   fi
   for k in 0 1; do kill -0 "${pids[$k]}" || { echo "FAIL: receiver $k died"; exit 1; }; done
 else
