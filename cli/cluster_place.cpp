@@ -271,9 +271,9 @@ ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv
     p.secret_from = "WT_TRAINER_SECRET";
   } else {
     bad(
-        fmt::format("the {} trainer ranks meet over TCP at {}:{} and prove a shared secret to "
+        fmt::format("the {} trainer ranks meet over TCP at {} and prove a shared secret to "
                     "each other, but none was given: {}",
-                    p.world_size, p.group_address, p.group_port, kMakeSecret));
+                    p.world_size, plugins::endpoint(p.group_address, p.group_port), kMakeSecret));
   }
   return p;
 }
@@ -288,17 +288,18 @@ std::vector<std::string> describe(const ClusterPlace& p) {
                            : std::string()));
   if (p.launcher.master_port != 0)
     out.push_back(
-        fmt::format("launcher's store: {}:{} (MASTER_PORT, which wt does not bind)",
-                    p.launcher.master_addr.empty() ? std::string("?") : p.launcher.master_addr,
-                    p.launcher.master_port));
+        fmt::format("launcher's store: {} (MASTER_PORT, which wt does not bind)",
+                    plugins::endpoint(
+                        p.launcher.master_addr.empty() ? std::string("?") : p.launcher.master_addr,
+                        p.launcher.master_port)));
   if (p.world_size == 1) {
     out.push_back("trainer group: one rank, nothing to meet");
     return out;
   }
-  out.push_back(
-      fmt::format("trainer group: rank 0 hosts its rendezvous at {}:{} ({}, "
-                  "trainer.group_port), proven with the secret from {}",
-                  p.group_address, p.group_port, p.group_address_from, p.secret_from));
+  out.push_back(fmt::format(
+      "trainer group: rank 0 hosts its rendezvous at {} ({}, "
+      "trainer.group_port), proven with the secret from {}",
+      plugins::endpoint(p.group_address, p.group_port), p.group_address_from, p.secret_from));
   std::string pairs;
   try {
     pairs = plugins::local_address_towards(p.group_address);

@@ -323,6 +323,14 @@ TEST(ClusterPlace, AnAddressNoPeerCanDialOrThatIsNotRankZerosIsRefused) {
                         "can dial"));
 }
 
+TEST(ClusterPlace, AnIpv6RendezvousIsWrittenInBrackets) {
+  const auto lines = describe(resolve_cluster_place(config_of(), env(torchrun(1, 2, 2, "::1"))));
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_THAT(all, HasSubstr("rank 0 hosts its rendezvous at [::1]:29510 (MASTER_ADDR"));
+  EXPECT_THAT(all, HasSubstr("launcher's store: [::1]:29500"));
+}
+
 TEST(ClusterPlace, SeveralRanksNeedOneSecretFromAFileOfTheirsOrTheEnvironment) {
   auto no_secret = torchrun(0, 2, 2);
   no_secret.erase("WT_TRAINER_SECRET");

@@ -47,14 +47,13 @@ std::string local_address_towards(const std::string& peer) {
   if (fd >= 0 && (own || ::connect(fd, res->ai_addr, res->ai_addrlen) == 0)) {  // no packet sent
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    char buf[INET6_ADDRSTRLEN] = {0};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-      const void* a =
-          ss.ss_family == AF_INET6
-              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
-              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
-      if (::inet_ntop(ss.ss_family, a, buf, sizeof buf) != nullptr) out = buf;
-    }
+    // getnameinfo keeps a link-local IPv6 address's scope ("fe80::1%eth0"): without it, the
+    // address could not be dialled.
+    char host[NI_MAXHOST] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, nullptr, 0,
+                      NI_NUMERICHOST) == 0)
+      out = host;
   }
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(res);
@@ -140,8 +139,9 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
     store =
         std::make_unique<TcpStoreServer>(o.master_address, o.master_port, secret,
                                          TcpStoreServer::Limits::for_world(o.world_size), o.warn);
-  const std::string what = fmt::format("rendezvous of {} ranks at {}:{} (this is rank {})",
-                                       o.world_size, o.master_address, o.master_port, o.rank);
+  const std::string what =
+      fmt::format("rendezvous of {} ranks at {} (this is rank {})", o.world_size,
+                  endpoint(o.master_address, o.master_port), o.rank);
   std::shared_ptr<gloo::rendezvous::Context> context;
   SigpipeBlocked no_sigpipe;  // also for Gloo's loop thread, started in here
   try {

@@ -39,6 +39,12 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
 // does not resolve or no local address routes to it.
 std::string local_address_towards(const std::string& peer);
 
+// "host:port", an IPv6 address in brackets ("[fe80::1%eth0]:29510"), for messages.
+inline std::string endpoint(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                             : fmt::format("{}:{}", host, port);
+}
+
 // Gloo reports failures as exceptions of its own; these become wt errors naming `what`.
 template <typename F>
 void gloo_call(const std::string& what, F&& f) {

@@ -340,7 +340,8 @@ void TcpStoreServer::serve_loop() {
 
 TcpStoreClient::TcpStoreClient(const std::string& address, int port, const SessionSecret& secret,
                                Clock::time_point until, std::function<bool()> give_up)
-    : where_(address + ":" + std::to_string(port)),
+    : where_(address.find(':') != std::string::npos ? "[" + address + "]:" + std::to_string(port)
+                                                    : address + ":" + std::to_string(port)),
       secret_(secret),
       prefix_(secret.session_id() + "/"),
       until_(until),
