@@ -89,18 +89,13 @@ void check_dialable(const std::string& from, const std::string& host,
                       from, host, a));
 }
 
-// Whether this host owns `numeric` (it can bind it).
+// Whether this host owns `numeric`: the pairs' own choice of address keeps it only then.
 bool is_local_address(const std::string& numeric) {
-  addrinfo hints{};
-  hints.ai_flags = AI_NUMERICHOST;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(numeric.c_str(), "0", &hints, &res) != 0 || res == nullptr) return false;
-  const int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  const bool ok = fd >= 0 && ::bind(fd, res->ai_addr, res->ai_addrlen) == 0;
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
-  return ok;
+  try {
+    return plugins::local_address_towards(numeric) == numeric;
+  } catch (const std::exception&) {
+    return false;  // no route to it either
+  }
 }
 
 std::string loopback_only(const std::string& host) {

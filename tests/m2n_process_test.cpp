@@ -184,10 +184,10 @@ echo "exit $rc after $(( (end - start) / 1000000 )) ms"
   const int rc = r.exit_code, ms = r.ms;
   EXPECT_NE(rc, 0) << r.output;
   // Refused at init, from the plan, before any rank waits in the mesh.
-  EXPECT_THAT(r.output, HasSubstr("m2n worker init failed: the m2n plan sends "
-                                  "'model.embed_tokens.weight' to worker rank 0 as bfloat16 "
-                                  "1024x64, but the model this worker holds has it as float32 "
-                                  "1024x64; init refused, nothing was sent"));
+  EXPECT_THAT(r.output, HasSubstr("m2n worker init failed: the m2n plan does not fit worker rank "
+                                  "0: parameter 'model.embed_tokens.weight' is planned as "
+                                  "bfloat16 [1024, 64] for tensor-parallel rank 0, but this "
+                                  "worker holds it as float32 [1024, 64]"));
   EXPECT_THAT(r.output, HasSubstr("weights unchanged"));
   // Rank 0 stops at the refusal (it waited out the rendezvous deadline before); rank 1 at once
   // when rank 0's store closes under it, or, when rank 0 went away while rank 1 was connecting

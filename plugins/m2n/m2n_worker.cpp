@@ -11,7 +11,6 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
-#include <unordered_map>
 
 namespace wt::m2n {
 
@@ -132,45 +131,10 @@ void M2nWorker::receive_text(const char* update_info, const sdk::LoaderRef& load
 
 void M2nWorker::check_held(const std::vector<ParamMeta>& held) const {
   if (held.empty()) return;  // the host does not know yet (no model before the first round)
-  std::unordered_map<std::string, const ParamMeta*> by_name;
-  for (const auto& m : held) by_name.emplace(m.name, &m);
-  const int tp = plan_.inference.tensor_parallel;
-  std::size_t planned = 0;
-  for (const auto& g : plan_.groups) {
-    const Box box = needed_box(g.shape, g.tp_dim, tp, worker_rank_ % tp);
-    std::vector<int64_t> local(g.shape.size());
-    for (std::size_t d = 0; d < local.size(); ++d) local[d] = box.hi[d] - box.lo[d];
-    const std::string slice =
-        g.tp_dim >= 0 && tp > 1
-            ? fmt::format(" (its TP rank {} slice along dimension {})", worker_rank_ % tp, g.tp_dim)
-            : std::string();
-    for (const auto& name : g.names) {
-      ++planned;
-      const auto it = by_name.find(name);
-      if (it == by_name.end())
-        fail(WT_ERR_INVALID_ARGUMENT,
-             "the m2n plan sends '{}' to worker rank {}, but the model this worker holds has no "
-             "such tensor; init refused, nothing was sent",
-             name, worker_rank_);
-      const ParamMeta& m = *it->second;
-      if (!(m.dtype == g.dtype) || m.shape != local)
-        fail(WT_ERR_INVALID_ARGUMENT,
-             "the m2n plan sends '{}' to worker rank {} as {} {}{}, but the model this worker "
-             "holds has it as {} {}; init refused, nothing was sent",
-             name, worker_rank_, torch_name(g.dtype), fmt::join(local, "x"), slice,
-             torch_name(m.dtype), fmt::join(m.shape, "x"));
-    }
-  }
-  // A tensor the plan never sends would go stale round after round, silently.
-  if (held.size() > planned)
-    for (const auto& m : held)
-      if (index_->find(m.name) == nullptr) {
-        log_.warn(
-            "the model this worker holds has {} tensor(s) the m2n plan never sends (the "
-            "first: '{}'): they keep their current values",
-            held.size() - planned, m.name);
-        break;
-      }
+  std::vector<WorkerParam> params;
+  params.reserve(held.size());
+  for (const auto& m : held) params.push_back({m.name, m.dtype, m.shape});
+  check_worker(plan_, worker_rank_, params);
 }
 
 void M2nWorker::check_update(const plugins::ParamList& list) const {

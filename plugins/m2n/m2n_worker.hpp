@@ -42,7 +42,8 @@ class M2nWorker final : public sdk::WorkerBase {
                       uint32_t round, const sdk::LoaderRef& loader);
   // Refuses an update that does not name exactly the planned parameters, as planned.
   void check_update(const plugins::ParamList& list) const;
-  // The model the host says this worker holds, against what the plan will send this rank.
+  // The model the host says this worker holds, against what the plan will send this rank
+  // (check_worker).
   void check_held(const std::vector<ParamMeta>& held) const;
 
   sdk::HostLog log_;
