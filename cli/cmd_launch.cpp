@@ -104,7 +104,15 @@ struct Checkpoint {
 // embedded wt serve has one worker), then the checkpoint, generated if need be and validated.
 Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
   check_rendezvous_reaches_receivers(cfg, cfg.receiver_urls);
-  std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0, 1);
+  if (cfg.receiver_tensor_parallel_size > 1 &&
+      (Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE))
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: receiver.tensor_parallel_size > 1 with the delta backend '{}': "
+                            "its receivers start from the whole checkpoint, which a rank holding "
+                            "a slice cannot load",
+                            cfg.file, cfg.backend));
+  std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0,
+                              cfg.receiver_tensor_parallel_size);
   if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
       !cfg.init_info.contains("world_size"))
     for (std::size_t k = 0; k < cfg.receiver_urls.size(); ++k) {
@@ -149,6 +157,9 @@ Receivers start_receivers(const LaunchConfig& cfg, const std::string& exe,
   if (!cfg.embedded_receiver) return r;
   for (int k = 0; k < cfg.receiver_count; ++k) {
     std::vector<std::string> args{"--backend", cfg.backend, "--device", cfg.receiver_device};
+    if (cfg.receiver_tensor_parallel_size > 1)
+      args.insert(args.end(),
+                  {"--tensor-parallel-size", std::to_string(cfg.receiver_tensor_parallel_size)});
     if (sparse)  // starts from the checkpoint, and so knows the model's size
       for (const auto& f : files) args.insert(args.end(), {"--load-checkpoint", f});
     else  // its first rounds' memory is ready before the first bytes arrive
@@ -499,12 +510,24 @@ int print_dry_run(const LaunchConfig& cfg) {
                cfg.generate->seed);
   fmt::print("trainer ranks: {}\n", cfg.trainer_ranks);
   if (cfg.embedded_receiver)
-    fmt::print("receivers: {} embedded `wt serve` process(es) on 127.0.0.1, port chosen at start\n",
-               cfg.receiver_count);
+    fmt::print("receivers: {} embedded `wt serve` process(es) on 127.0.0.1{}, port chosen at "
+               "start\n",
+               cfg.receiver_count,
+               cfg.receiver_tensor_parallel_size > 1
+                   ? fmt::format(", each {} tensor-parallel worker ranks",
+                                 cfg.receiver_tensor_parallel_size)
+                   : std::string());
   else
     for (const auto& url : cfg.receiver_urls) fmt::print("receiver: {}\n", url);
   fmt::print("rounds: {}{}\n", cfg.rounds, cfg.verify ? ", each verified" : "");
   check_rendezvous_reaches_receivers(cfg, cfg.receiver_urls);
+  if (cfg.receiver_tensor_parallel_size > 1 &&
+      (Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE))
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: receiver.tensor_parallel_size > 1 with the delta backend '{}': "
+                            "its receivers start from the whole checkpoint, which a rank holding "
+                            "a slice cannot load",
+                            cfg.file, cfg.backend));
   const Getenv getenv = [](const char* n) { return std::getenv(n); };
   if (!place_from_env(getenv)) {
     fmt::print(

@@ -8,6 +8,7 @@
 #include <wt/services/cuda_host_staging.hpp>
 #include <wt/services/http_server.hpp>
 #include <wt/services/receiver.hpp>
+#include <wt/services/receiver_group.hpp>
 #include <wt/services/safetensors.hpp>
 
 #include <fmt/format.h>
@@ -41,6 +42,7 @@ Run add_serve_command(CLI::App& app) {
     std::vector<std::string> checkpoint;
     std::vector<std::string> plugin_dirs;
     std::string plugin_file;
+    int tensor_parallel_size = 1;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -67,6 +69,12 @@ Run add_serve_command(CLI::App& app) {
                   "own)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 50));
+  cmd->add_option("--tensor-parallel-size", o->tensor_parallel_size,
+                  "Worker ranks standing for one tensor-parallel group: each has its own worker "
+                  "engine and keeps only what the trainer sends it (its slice under m2n's plan); "
+                  "/get_world_size answers this, /weight_checksums has each rank's")
+      ->capture_default_str()
+      ->check(CLI::Range(1, ReceiverGroup::kMaxRanks));
   cmd->add_option("--plugin-dir", o->plugin_dirs,
                   "A directory searched for plugins before the default ones (repeatable)");
   cmd->add_option("--plugin", o->plugin_file,
@@ -129,7 +137,12 @@ Run add_serve_command(CLI::App& app) {
     ropts.load_threads = o->load_threads;
     ropts.expect_model_bytes = o->expect_model_bytes;
     ropts.backend_options = std::move(backend_options);
-    Receiver receiver(ropts);
+    if (!o->checkpoint.empty() && o->tensor_parallel_size > 1)
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  "--load-checkpoint loads whole tensors, but --tensor-parallel-size > 1 "
+                  "ranks each hold a slice known only from the trainer's init: use one or the "
+                  "other");
+    ReceiverGroup receiver(ropts, o->tensor_parallel_size);
     if (!o->checkpoint.empty()) {
       SafetensorsSource base(o->checkpoint);
       receiver.load_base(base);
@@ -151,9 +164,12 @@ Run add_serve_command(CLI::App& app) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     server.start();
-    fmt::print("wt serve: listening on {} (backend {}, device {}, {} load thread(s){})\n",
-               server.url(), backend, o->device, receiver.load_threads(),
-               token.empty() ? "" : ", bearer token required");
+    fmt::print("wt serve: listening on {} (backend {}, device {}, {}{} load thread(s){})\n",
+               server.url(), backend, o->device,
+               o->tensor_parallel_size > 1
+                   ? fmt::format("{} tensor-parallel worker ranks, ", o->tensor_parallel_size)
+                   : std::string(),
+               receiver.load_threads(), token.empty() ? "" : ", bearer token required");
     std::fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);

@@ -232,6 +232,13 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
       r.fail(r.get("count"), "'receiver.count' is for embedded receivers; list the URLs instead");
     if (c.receiver_count < 1 || c.receiver_count > 16)
       r.fail(r.get("count"), "'receiver.count' must be in 1..16");
+    c.receiver_tensor_parallel_size = r.scalar<int>("tensor_parallel_size", "an integer", 1);
+    if (r.has("tensor_parallel_size") && !c.embedded_receiver)
+      r.fail(r.get("tensor_parallel_size"),
+             "'receiver.tensor_parallel_size' is for embedded receivers (a given URL says its own "
+             "world size)");
+    if (c.receiver_tensor_parallel_size < 1 || c.receiver_tensor_parallel_size > 8)
+      r.fail(r.get("tensor_parallel_size"), "'receiver.tensor_parallel_size' must be in 1..8");
     c.receiver_token = r.string("token");
     c.receiver_timeout_s = r.seconds("timeout_s", 300);
     c.receiver_device = r.string("device", "cpu");

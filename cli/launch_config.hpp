@@ -50,6 +50,8 @@ struct LaunchConfig {
   // control-plane call goes to all of them (wt::FanOutClient).
   bool embedded_receiver = true;
   int receiver_count = 1;
+  // Worker ranks of each embedded receiver (`wt serve --tensor-parallel-size`).
+  int receiver_tensor_parallel_size = 1;
   std::vector<std::string> receiver_urls;
   std::string receiver_token;
   double receiver_timeout_s = 300;

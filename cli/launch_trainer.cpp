@@ -77,8 +77,8 @@ class ProgressSource : public WeightSource {
   Clock::time_point last_{};
 };
 
-// What a receiver standing for tensor-parallel rank k % T holds under m2n's `tensor_parallel` and
-// `tp_rules` (each embedded receiver is one worker rank): the slice the plan sends it.
+// What worker rank k (counted across the receivers, each receiver's ranks in order) holds under
+// m2n's `tensor_parallel` and `tp_rules`: the slice of TP rank k % T that the plan sends it.
 class TensorParallelSlices {
  public:
   explicit TensorParallelSlices(const LaunchConfig& cfg) {
@@ -136,7 +136,7 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     std::vector<int> world_sizes;
     // World sizes matter for rank offsets (several receivers) and a default world_size.
     const bool need_world_sizes =
-        args.receiver_urls.size() > 1 ||
+        args.receiver_urls.size() > 1 || cfg.receiver_tensor_parallel_size > 1 ||
         (cfg.init_info.contains("master_address") && !cfg.init_info.contains("world_size"));
     for (const auto& url : args.receiver_urls) {
       auto& c = receivers.emplace_back(std::make_unique<HttpClient>(url, hopts));
@@ -225,23 +225,29 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
         }
         std::vector<std::string> mismatched;
         const TensorParallelSlices tp(cfg);
+        int worker = 0;  // the worker rank across receivers (each receiver's ranks in order)
+        std::size_t checked = 0;
         for (std::size_t k = 0; k < receivers.size(); ++k) {
-          auto remote = receivers[k]->weight_checksums();
-          for (std::size_t i = 0; i < checkpoint.size(); ++i) {
-            auto it = remote.find(meta[i].name);
-            // A receiver standing for a TP rank holds its slice (m2n's tensor_parallel).
-            const std::string want =
-                tp.splits(meta[i], static_cast<int>(k))
-                    ? tp.checksum(meta[i], checkpoint.bytes(i), static_cast<int>(k))
-                    : expected[i];
-            if (it == remote.end() || it->second != want)
-              mismatched.push_back(receivers.size() == 1
-                                       ? meta[i].name
-                                       : fmt::format("receiver {}: {}", k + 1, meta[i].name));
+          const auto by_rank = receivers[k]->weight_checksums_by_rank();
+          for (std::size_t j = 0; j < by_rank.size(); ++j, ++worker) {
+            const auto& remote = by_rank[j];
+            for (std::size_t i = 0; i < checkpoint.size(); ++i, ++checked) {
+              auto it = remote.find(meta[i].name);
+              // A worker rank standing for a TP rank holds its slice (m2n's tensor_parallel).
+              const std::string want = tp.splits(meta[i], worker)
+                                           ? tp.checksum(meta[i], checkpoint.bytes(i), worker)
+                                           : expected[i];
+              if (it != remote.end() && it->second == want) continue;
+              std::string where = receivers.size() == 1 ? "" : fmt::format("receiver {}", k + 1);
+              if (by_rank.size() > 1)
+                where += fmt::format("{}rank {}", where.empty() ? "" : " ", j);
+              mismatched.push_back(where.empty() ? meta[i].name
+                                                 : fmt::format("{}: {}", where, meta[i].name));
+            }
           }
         }
         ev["verified"] = mismatched.empty();
-        ev["checked"] = checkpoint.size() * receivers.size();
+        ev["checked"] = checked;
         ev["mismatched"] = mismatched.size() > 5 ? std::vector<std::string>(mismatched.begin(),
                                                                             mismatched.begin() + 5)
                                                  : mismatched;

@@ -53,6 +53,7 @@ struct RunSetup {
   std::string model = "tiny";
   int rounds = 2;
   std::string backend = "m2n";
+  int receiver_tp = 1;  // worker ranks of each embedded receiver (wt serve --tensor-parallel-size)
 };
 
 std::string config_text(const RunSetup& s) {
@@ -69,11 +70,12 @@ source:
 receiver:
   embedded: true
   count: {}
+  tensor_parallel_size: {}
 rounds: {}
 verify: true
 )",
                      s.backend, test::free_port(), s.extra_init_info, s.trainer_ranks, s.model,
-                     s.dtype, s.shard_dim, s.receivers, s.rounds);
+                     s.dtype, s.shard_dim, s.receivers, s.receiver_tp, s.rounds);
 }
 
 struct Case {
@@ -92,9 +94,9 @@ TEST_P(M2nSyncs, EveryRoundVerifiedOnEveryWorkerRank) {
   auto r = launch(write_config(std::string("m2n-") + c.name + ".yaml", config_text(c.setup)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
-  // Every tensor of the tiny layout (51) on every receiver, each round.
-  EXPECT_THAT(r.output, HasSubstr(fmt::format("verified {}/{} tensors", 51 * c.setup.receivers,
-                                              51 * c.setup.receivers)))
+  // Every tensor of the tiny layout (51) on every worker rank, each round.
+  const int workers = c.setup.receivers * c.setup.receiver_tp;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("verified {}/{} tensors", 51 * workers, 51 * workers)))
       << r.output;
 }
 
@@ -111,7 +113,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, M2nSyncs,
                                            Case{"two_ranks_rows_one_replica_of_tp2",
                                                 {2, 0, "bfloat16", 2, kTpRules, "tiny", 2, "m2n"}},
                                            Case{"three_ranks_columns_two_replicas_of_tp2",
-                                                {3, 1, "float32", 4, kTpRules, "tiny", 2, "m2n"}}),
+                                                {3, 1, "float32", 4, kTpRules, "tiny", 2, "m2n"}},
+                                           // One `wt serve --tensor-parallel-size 2` per replica.
+                                           Case{"two_ranks_rows_one_server_of_tp2",
+                                                {2, 0, "bfloat16", 1, kTpRules, "tiny", 2, "m2n",
+                                                 2}},
+                                           Case{"three_ranks_columns_two_servers_of_tp2",
+                                                {3, 1, "float32", 2, kTpRules, "tiny", 3, "m2n",
+                                                 2}}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(M2nRefuses, WorkerRanksThatDoNotFormReplicasOfTheTensorParallelSize) {

@@ -222,15 +222,59 @@ nlohmann::json HttpClient::get(const std::string& path) {
   }
 }
 
+namespace {
+
+std::map<std::string, std::string> checksum_map(const nlohmann::json& j) {
+  std::map<std::string, std::string> out;
+  for (auto it = j.begin(); it != j.end(); ++it)
+    out[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+  return out;
+}
+
+}  // namespace
+
 std::map<std::string, std::string> HttpClient::weight_checksums() {
   auto j = get("/weight_checksums");
+  if (j.is_object() && !j.contains("checksums") && j.contains("ranks") && j["ranks"].is_array())
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{} has {} worker ranks, each holding its own slice: read "
+                            "weight_checksums_by_rank()",
+                            base_, j["ranks"].size()));
   if (!j.is_object() || !j.contains("checksums") || !j["checksums"].is_object())
     throw Error(
         WT_ERR_REMOTE,
         fmt::format("GET {}/weight_checksums answered without a 'checksums' object", base_));
-  std::map<std::string, std::string> out;
-  for (auto it = j["checksums"].begin(); it != j["checksums"].end(); ++it)
-    out[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+  return checksum_map(j["checksums"]);
+}
+
+std::vector<std::map<std::string, std::string>> HttpClient::weight_checksums_by_rank() {
+  auto j = get("/weight_checksums");
+  if (!j.is_object())
+    throw Error(WT_ERR_REMOTE,
+                fmt::format("GET {}/weight_checksums answered without an object", base_));
+  std::vector<std::map<std::string, std::string>> out;
+  if (!j.contains("ranks")) {  // a receiver of one worker rank that predates "ranks"
+    if (!j.contains("checksums") || !j["checksums"].is_object())
+      throw Error(
+          WT_ERR_REMOTE,
+          fmt::format("GET {}/weight_checksums answered without a 'checksums' object", base_));
+    out.push_back(checksum_map(j["checksums"]));
+    return out;
+  }
+  const auto& ranks = j["ranks"];
+  if (!ranks.is_array() || ranks.empty())
+    throw Error(WT_ERR_REMOTE,
+                fmt::format("GET {}/weight_checksums: 'ranks' is not a non-empty list", base_));
+  for (std::size_t k = 0; k < ranks.size(); ++k) {
+    const auto& r = ranks[k];
+    if (!r.is_object() || !r.contains("rank") || r["rank"] != k || !r.contains("checksums") ||
+        !r["checksums"].is_object())
+      throw Error(WT_ERR_REMOTE,
+                  fmt::format("GET {}/weight_checksums: ranks[{}] is not {{\"rank\": {}, "
+                              "\"checksums\": {{...}}}}",
+                              base_, k, k));
+    out.push_back(checksum_map(r["checksums"]));
+  }
   return out;
 }
 

@@ -763,7 +763,7 @@ void get(WtHttpServer& s, const std::string& path, httplib::Server::Handler h) {
 }
 
 // vLLM's update session (init, start, update, finish), wt's end, and the version setter.
-void route_session(WtHttpServer& s, Receiver* r, const Bodies& bodies) {
+void route_session(WtHttpServer& s, ReceiverGroup* r, const Bodies& bodies) {
   post(s, "/init_weight_transfer_engine",
        [r, bodies](const httplib::Request&, httplib::Response& res,
                    const httplib::ContentReader& reader) {
@@ -839,7 +839,7 @@ void route_session(WtHttpServer& s, Receiver* r, const Bodies& bodies) {
 }
 
 // The read-only routes.
-void route_queries(WtHttpServer& s, Receiver* r) {
+void route_queries(WtHttpServer& s, ReceiverGroup* r) {
   get(s, "/weight_info", [r](const httplib::Request&, httplib::Response& res) {
     auto v = r->weight_version();
     reply(res, 200, {{"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)}});
@@ -850,10 +850,14 @@ void route_queries(WtHttpServer& s, Receiver* r) {
   get(s, "/weight_checksums", [r](const httplib::Request&, httplib::Response& res) {
     guarded(res, "/weight_checksums", [&] {
       auto v = r->weight_version();
-      reply(res, 200,
-            {{"algorithm", "xxh3-64"},
-             {"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)},
-             {"checksums", r->checksums()}});
+      const auto by_rank = r->checksums_by_rank();
+      nlohmann::json answer = {{"algorithm", "xxh3-64"},
+                               {"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)}};
+      if (by_rank.size() == 1) answer["checksums"] = by_rank[0];
+      nlohmann::json& ranks = answer["ranks"] = nlohmann::json::array();
+      for (std::size_t k = 0; k < by_rank.size(); ++k)
+        ranks.push_back({{"rank", k}, {"checksums", by_rank[k]}});
+      reply(res, 200, answer);
     });
   });
   get(s, "/health", [r](const httplib::Request&, httplib::Response& res) {
@@ -866,12 +870,23 @@ void route_queries(WtHttpServer& s, Receiver* r) {
 
 struct HttpServer::Impl {
   explicit Impl(const Options& o) : server(o) {}
+  std::unique_ptr<ReceiverGroup> one;  // a single receiver's group of one
   WtHttpServer server;
   std::thread thread;
 };
 
 HttpServer::HttpServer(Receiver& receiver, Options options) : options_(std::move(options)) {
   impl_ = std::make_unique<Impl>(options_);
+  impl_->one = std::make_unique<ReceiverGroup>(receiver);
+  route(*impl_->one);
+}
+
+HttpServer::HttpServer(ReceiverGroup& group, Options options) : options_(std::move(options)) {
+  impl_ = std::make_unique<Impl>(options_);
+  route(group);
+}
+
+void HttpServer::route(ReceiverGroup& receiver) {
   auto& s = impl_->server;
   JsonLimits limits;
   limits.max_depth = options_.max_json_depth;

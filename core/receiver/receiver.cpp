@@ -539,6 +539,26 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
 
 void Receiver::finish_weight_update(const std::optional<std::string>& weight_version) {
   std::lock_guard<std::mutex> l(session_mu_);
+  finish_engine_locked();
+  commit_locked(weight_version);
+}
+
+void Receiver::finish_engine() {
+  std::lock_guard<std::mutex> l(session_mu_);
+  finish_engine_locked();
+}
+
+void Receiver::commit_finished(const std::optional<std::string>& weight_version) {
+  std::lock_guard<std::mutex> l(session_mu_);
+  commit_locked(weight_version);
+}
+
+void Receiver::drop_finished() {
+  std::lock_guard<std::mutex> l(session_mu_);
+  if (!active_) discard_staged();
+}
+
+void Receiver::finish_engine_locked() {
   if (!active_)
     throw Error(WT_ERR_STATE, "no weight update is active: call start_weight_update first.");
   active_ = false;
@@ -549,6 +569,9 @@ void Receiver::finish_weight_update(const std::optional<std::string>& weight_ver
     discard_staged();
     throw;
   }
+}
+
+void Receiver::commit_locked(const std::optional<std::string>& weight_version) {
   std::lock_guard<std::mutex> state(state_mu_);
   while (!staged_.empty()) {
     auto node = staged_.extract(staged_.begin());

@@ -51,6 +51,8 @@ struct wt_trainer {
 };
 struct wt_worker {
   std::string last_error;
+  int64_t rank_offset = -1;  // the init info's, when it has one (receiver groups rewrite it)
+  bool fail_finish = false;  // an update asked for the next finish to fail
   std::atomic<bool> active{false};   // abort() may come from another thread
   std::atomic<bool> aborted{false};  // abort() may come from another thread
 };
@@ -227,9 +229,17 @@ void trainer_destroy(wt_trainer* t) {
   delete t;
 }
 
-wt_status worker_create(const wt_worker_create_args*, wt_worker** out, char*, size_t) {
-  *out = new wt_worker{};
-  return WT_OK;
+wt_status worker_create(const wt_worker_create_args* args, wt_worker** out, char* err,
+                        size_t cap) {
+  auto w = std::make_unique<wt_worker>();
+  const wt_status st = guard_into(err, cap, [&] {
+    if (args->init_info_json == nullptr) return;
+    auto j = wt::sdk::parse_json_text(args->init_info_json, "init_info");
+    if (j.is_object() && j.contains("rank_offset") && j["rank_offset"].is_number_integer())
+      w->rank_offset = j["rank_offset"].get<int64_t>();
+  });
+  if (st == WT_OK) *out = w.release();
+  return st;
 }
 wt_status worker_start(wt_worker* w) {
   w->active = true;
@@ -253,6 +263,12 @@ wt_status worker_receive_as(wt_worker* w, const char* json, const wt_loader* loa
       while (!w->aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       throw wt::sdk::Error(WT_ERR_ABORTED, "aborted while blocked in a transfer");
     }
+    if (j.contains("fail"))  // a refused update, with the given message
+      throw wt::sdk::Error(WT_ERR_INVALID_ARGUMENT, j["fail"].get<std::string>());
+    if (j.contains("fail_finish")) w->fail_finish = true;
+    if (j.value("report_rank_offset", false))  // the rank offset it was given, as a tensor
+      j["inline"] = nlohmann::json::array(
+          {{{"name", "rank_offset"}, {"values", {static_cast<float>(w->rank_offset)}}}});
     char err[512] = {0};
     auto check = [&](wt_status st, const char* what) {
       if (st != WT_OK) wt::sdk::fail(st, "{}: {}", what, err);
@@ -332,10 +348,16 @@ wt_status worker_receive(wt_worker* w, const char* json, const wt_loader* loader
 }
 wt_status worker_finish(wt_worker* w) {
   w->active = false;
+  if (w->fail_finish) {
+    w->fail_finish = false;
+    w->last_error = "the finish this update asked to fail";
+    return WT_ERR_REMOTE;
+  }
   return WT_OK;
 }
 wt_status worker_abort(wt_worker* w) {
   w->aborted = true;
+  w->fail_finish = false;
   return worker_finish(w);
 }
 const char* worker_last_error(const wt_worker* w) {

@@ -60,8 +60,10 @@ class HttpClient : public Client {
   // the URL otherwise.
   int world_size();
 
-  // wt serve's extras, for verification.
+  // wt serve's extras, for verification: a receiver of one worker rank's checksums (refused,
+  // naming the URL, for a receiver of several), and every worker rank's, in rank order.
   std::map<std::string, std::string> weight_checksums();
+  std::vector<std::map<std::string, std::string>> weight_checksums_by_rank();
   nlohmann::json get(const std::string& path);
 
   const std::string& base_url() const { return base_; }

@@ -1,4 +1,5 @@
-// The reference receiver's HTTP front end: vLLM's weight-transfer routes over a Receiver.
+// The reference receiver's HTTP front end: vLLM's weight-transfer routes over a Receiver, or a
+// ReceiverGroup of T worker ranks (`wt serve --tensor-parallel-size T`).
 //
 // Routes (request bodies are JSON objects; answers are JSON, status 200):
 //
@@ -15,9 +16,12 @@
 //   POST /update_weight_version            {"new_version": "..."}
 //        -> {"success": true, "new_version": "..."}
 //   GET  /weight_info                      -> {"weight_version": "..." | null}
-//   GET  /get_world_size[?include_dp=true] -> {"world_size": 1}
+//   GET  /get_world_size[?include_dp=true] -> {"world_size": T}   (T: the group's worker ranks)
 //   GET  /weight_checksums   (wt's own)    -> {"algorithm": "xxh3-64", "weight_version": ...,
-//                                              "checksums": {"<name>": "<hex>", ...}}
+//                                              "checksums": {"<name>": "<hex>", ...},  (T = 1)
+//                                              "ranks": [{"rank": k, "checksums": {...}}, ...]}
+//        "ranks" has what each worker rank holds (its TP slice); "checksums" is there only when
+//        there is one rank, so a client that ignores the ranks cannot verify a group wrongly.
 //   GET  /health                           -> {"status": "ok", "backend": "<backend>"}
 //
 // Errors, always {"detail": "<sentence>"}:
@@ -58,6 +62,7 @@
 #include <wt/requires_cxx20.hpp>
 
 #include <wt/services/receiver.hpp>
+#include <wt/services/receiver_group.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -85,7 +90,8 @@ class HttpServer {
     // Connections served at once; more wait for a thread (their header deadline runs meanwhile).
     unsigned threads = 64;
   };
-  HttpServer(Receiver& receiver, Options options);
+  HttpServer(Receiver& receiver, Options options);  // one worker rank
+  HttpServer(ReceiverGroup& group, Options options);
   ~HttpServer();  // stops and joins
 
   // Binds (throws wt::Error naming host:port when it cannot) and serves on a background thread.
@@ -95,6 +101,7 @@ class HttpServer {
   std::string url() const;
 
  private:
+  void route(ReceiverGroup& group);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   Options options_;

@@ -133,6 +133,16 @@ class Receiver {
   uint64_t tensors_written_in_place() const { return written_in_place_.load(); }
 
  private:
+  friend class ReceiverGroup;
+  // finish_weight_update in two steps, so that a group of worker ranks commits all or none:
+  // finish_engine() ends the session and finishes the engine (on failure the round's staging is
+  // dropped and it throws); then commit_finished() makes the staged round visible (it cannot fail),
+  // or drop_finished() drops it. Between the two no session is active: nothing else touches it.
+  void finish_engine();
+  void commit_finished(const std::optional<std::string>& weight_version);
+  void drop_finished();
+  void finish_engine_locked();                                        // session_mu_ held
+  void commit_locked(const std::optional<std::string>& weight_version);  // session_mu_ held
   class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches
   uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
   void receive(std::string_view update_info_json);    // the engine's part of an update

@@ -1,0 +1,240 @@
+#include <wt/services/receiver_group.hpp>
+
+#include <wt/error.hpp>
+#include <wt/sdk/parallel_copy.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <exception>
+#include <thread>
+
+namespace wt {
+
+namespace {
+
+// Rethrows `e` with `prefix` before its message, keeping its code.
+[[noreturn]] void rethrow_prefixed(const std::exception_ptr& e, const std::string& prefix) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    if (prefix.empty()) throw;
+    throw Error(err.code(), prefix + err.what());
+  } catch (const std::exception& err) {
+    if (prefix.empty()) throw;
+    throw Error(WT_ERR_INTERNAL, prefix + err.what());
+  }
+}
+
+}  // namespace
+
+ReceiverGroup::ReceiverGroup(const Receiver::Options& options, int ranks) {
+  if (ranks < 1 || ranks > kMaxRanks)
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("a receiver group has 1..{} worker ranks, not {}", kMaxRanks, ranks));
+  Receiver::Options per_rank = options;
+  const unsigned threads = options.load_threads > 0 ? options.load_threads : default_copy_threads();
+  per_rank.load_threads = std::max(1u, threads / static_cast<unsigned>(ranks));
+  per_rank.expect_model_bytes = options.expect_model_bytes / static_cast<uint64_t>(ranks);
+  for (int k = 0; k < ranks; ++k) {
+    owned_.push_back(std::make_unique<Receiver>(per_rank));
+    ranks_.push_back(owned_.back().get());
+  }
+}
+
+ReceiverGroup::ReceiverGroup(Receiver& one) : ranks_{&one} {}
+
+ReceiverGroup::~ReceiverGroup() = default;
+
+std::string ReceiverGroup::who(int k) const {
+  return ranks_.size() == 1 ? std::string()
+                            : fmt::format("tensor-parallel rank {} of {}: ", k, ranks_.size());
+}
+
+template <class F>
+void ReceiverGroup::on_every_rank(F&& f, bool abort_others_on_failure) {
+  if (ranks_.size() == 1) {
+    f(0);
+    return;
+  }
+  std::mutex first_mu;
+  std::exception_ptr first;
+  int first_rank = -1;
+  auto run = [&](int k) {
+    try {
+      f(k);
+    } catch (...) {
+      bool mine = false;
+      {
+        std::lock_guard<std::mutex> l(first_mu);
+        if (!first) {
+          first = std::current_exception();
+          first_rank = k;
+          mine = true;
+        }
+      }
+      // The first failure ends the other ranks' calls, which would otherwise wait for bytes that
+      // will not come; their errors (aborted) are not the cause and are not reported.
+      if (mine && abort_others_on_failure)
+        for (int j = 0; j < world_size(); ++j)
+          if (j != k) ranks_[static_cast<std::size_t>(j)]->end_weight_update(
+                who(k) + "failed; the group's round ends");
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(ranks_.size() - 1);
+  for (int k = 1; k < world_size(); ++k) threads.emplace_back(run, k);
+  run(0);
+  for (auto& t : threads) t.join();
+  if (first) rethrow_prefixed(first, who(first_rank));
+}
+
+void ReceiverGroup::init_weight_transfer_engine(nlohmann::json init_info) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (ranks_.size() == 1) {
+    init_failed_.reset();
+    ranks_[0]->init_weight_transfer_engine(std::move(init_info));
+    return;
+  }
+  if (!init_info.is_object())
+    throw Error(WT_ERR_INVALID_ARGUMENT, "init_info must be a JSON object");
+  // Each rank's own rank in the transfer: the deployment's offset plus its place in the group.
+  std::vector<nlohmann::json> infos(ranks_.size(), init_info);
+  if (auto it = init_info.find("rank_offset"); it != init_info.end()) {
+    if (!it->is_number_integer())
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("init_info.rank_offset must be an integer, not {}", it->dump()));
+    const int64_t offset = it->get<int64_t>();
+    if (offset < 0 || offset > (int64_t{1} << 31) - world_size())
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("init_info.rank_offset {} is out of range for {} worker ranks",
+                              offset, world_size()));
+    for (std::size_t k = 0; k < infos.size(); ++k)
+      infos[k]["rank_offset"] = offset + static_cast<int64_t>(k);
+  }
+  init_info = nullptr;
+  try {
+    // Every rank takes part in the backend's rendezvous at once; a rank that fails leaves the
+    // others to their rendezvous deadline (the trainer, told of the failure, stops it sooner).
+    on_every_rank(
+        [&](int k) {
+          ranks_[static_cast<std::size_t>(k)]->init_weight_transfer_engine(
+              std::move(infos[static_cast<std::size_t>(k)]));
+        },
+        false);
+    init_failed_.reset();
+  } catch (const Error& e) {
+    init_failed_ = e.what();
+    throw;
+  }
+}
+
+void ReceiverGroup::start_weight_update() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (init_failed_)
+    throw Error(WT_ERR_STATE,
+                fmt::format("weight transfer is not initialised on every worker rank: the last "
+                            "init failed ({}); call init_weight_transfer_engine again",
+                            *init_failed_));
+  for (int k = 0; k < world_size(); ++k) {
+    try {
+      ranks_[static_cast<std::size_t>(k)]->start_weight_update();
+    } catch (const Error& e) {
+      for (int j = 0; j < k; ++j)  // the ranks already started: the group's round did not
+        ranks_[static_cast<std::size_t>(j)]->end_weight_update(who(k) + "could not start");
+      throw Error(e.code(), who(k) + e.what());
+    }
+  }
+}
+
+void ReceiverGroup::update_weights(nlohmann::json update_info) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (ranks_.size() == 1) {
+    ranks_[0]->update_weights(std::move(update_info));
+    return;
+  }
+  if (!session_active())
+    throw Error(WT_ERR_STATE, "start_weight_update must be called before update_weights.");
+  std::vector<nlohmann::json> per_rank;
+  if (update_info.is_array()) {
+    if (update_info.size() != ranks_.size()) {
+      end_weight_update("a refused update");  // vLLM's rule: a failed update ends the session
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("update_info is a list of {} per-worker payloads, but this receiver "
+                              "has {} worker ranks",
+                              update_info.size(), ranks_.size()));
+    }
+    for (auto& one : update_info) per_rank.push_back(std::move(one));
+  } else {
+    per_rank.assign(ranks_.size(), update_info);
+  }
+  update_info = nullptr;
+  on_every_rank(
+      [&](int k) {
+        ranks_[static_cast<std::size_t>(k)]->update_weights(
+            std::move(per_rank[static_cast<std::size_t>(k)]));
+      },
+      true);
+}
+
+void ReceiverGroup::finish_weight_update(const std::optional<std::string>& weight_version) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (ranks_.size() == 1) {
+    ranks_[0]->finish_weight_update(weight_version);
+    return;
+  }
+  // Every engine finishes (each ends its session, whatever the others do); the round is
+  // committed only if all did.
+  std::optional<Error> failed;
+  for (int k = 0; k < world_size(); ++k) {
+    try {
+      ranks_[static_cast<std::size_t>(k)]->finish_engine();
+    } catch (const Error& e) {
+      if (!failed) failed.emplace(e.code(), who(k) + e.what());
+    }
+  }
+  if (failed) {
+    for (Receiver* r : ranks_) r->drop_finished();
+    throw *failed;
+  }
+  for (Receiver* r : ranks_) r->commit_finished(weight_version);
+}
+
+void ReceiverGroup::end_weight_update(const std::string& reason) {
+  // Not under mu_: it must end an update that holds it (each rank aborts its engine first).
+  for (Receiver* r : ranks_) r->end_weight_update(reason);
+}
+
+void ReceiverGroup::load_base(WeightSource& source) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (ranks_.size() > 1)
+    throw Error(WT_ERR_UNSUPPORTED,
+                fmt::format("a receiver of {} worker ranks cannot load a base checkpoint: which "
+                            "slice each rank holds is known only from the trainer's init",
+                            ranks_.size()));
+  ranks_[0]->load_base(source);
+}
+
+unsigned ReceiverGroup::load_threads() const {
+  unsigned n = 0;
+  for (const Receiver* r : ranks_) n += r->load_threads();
+  return n;
+}
+
+void ReceiverGroup::set_weight_version(const std::string& version) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (Receiver* r : ranks_) r->set_weight_version(version);
+}
+
+bool ReceiverGroup::session_active() const {
+  return std::any_of(ranks_.begin(), ranks_.end(),
+                     [](const Receiver* r) { return r->session_active(); });
+}
+
+std::vector<std::map<std::string, std::string>> ReceiverGroup::checksums_by_rank() const {
+  std::vector<std::map<std::string, std::string>> out;
+  for (const Receiver* r : ranks_) out.push_back(r->checksums());
+  return out;
+}
+
+}  // namespace wt
