@@ -69,13 +69,15 @@ source:
   shard: {{rank_of: trainer, dim: {}}}
 receiver:
   embedded: true
-  count: {}
-  tensor_parallel_size: {}
+  count: {}{}
 rounds: {}
 verify: true
 )",
                      s.backend, test::free_port(), s.extra_init_info, s.trainer_ranks, s.model,
-                     s.dtype, s.shard_dim, s.receivers, s.receiver_tp, s.rounds);
+                     s.dtype, s.shard_dim, s.receivers,
+                     s.receiver_tp > 1 ? fmt::format("\n  tensor_parallel_size: {}", s.receiver_tp)
+                                       : std::string(),
+                     s.rounds);
 }
 
 struct Case {
@@ -94,9 +96,11 @@ TEST_P(M2nSyncs, EveryRoundVerifiedOnEveryWorkerRank) {
   auto r = launch(write_config(std::string("m2n-") + c.name + ".yaml", config_text(c.setup)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
-  // Every tensor of the tiny layout (51) on every worker rank, each round.
+  // Every tensor of the layout (tiny: 51, qwen2.5-0.5b: 290) on every worker rank, each round.
   const int workers = c.setup.receivers * c.setup.receiver_tp;
-  EXPECT_THAT(r.output, HasSubstr(fmt::format("verified {}/{} tensors", 51 * workers, 51 * workers)))
+  const int tensors = c.setup.model == "tiny" ? 51 : 290;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("verified {}/{} tensors", tensors * workers,
+                                              tensors * workers)))
       << r.output;
 }
 
@@ -120,7 +124,12 @@ INSTANTIATE_TEST_SUITE_P(Layouts, M2nSyncs,
                                                  2}},
                                            Case{"three_ranks_columns_two_servers_of_tp2",
                                                 {3, 1, "float32", 2, kTpRules, "tiny", 3, "m2n",
-                                                 2}}),
+                                                 2}},
+                                           // 1 GB of column shards, every piece packed: more
+                                           // than the bytes in flight either side may hold.
+                                           Case{"two_ranks_columns_1gb_past_the_inflight_bound",
+                                                {2, 1, "bfloat16", 2, "", "qwen2.5-0.5b", 2,
+                                                 "m2n"}}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(M2nRefuses, WorkerRanksThatDoNotFormReplicasOfTheTensorParallelSize) {

@@ -17,6 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -415,6 +416,57 @@ TEST(NcclTrainerSpy, AReceiverFailingItsUpdateMidBroadcastIsReportedAtOnce) {
         << "packed " << packed;
     EXPECT_THAT(client.ended, HasSubstr("closed the connection")) << "the round is ended there";
   }
+}
+
+// Teardown tells the workers first: when a round fails after its first collective, the inference
+// side's end_weight_update is answered before the broken communicator goes (finalized or
+// aborted), so a worker still inside the round is told to end it instead of finding its peer gone
+// mid-collective (NCCL would not tell it). Before, the group went first.
+TEST(NcclTrainerSpy, TeardownTellsTheWorkersBeforeTheCommunicatorGoes) {
+  struct Events {
+    std::mutex mu;
+    std::vector<std::string> seen;
+    void add(std::string e) {
+      std::lock_guard<std::mutex> l(mu);
+      seen.push_back(std::move(e));
+    }
+  } events;
+  struct Recorded : plugins::Communicator {
+    explicit Recorded(Events& e) : events(e) {}
+    ~Recorded() override { events.add("communicator destroyed"); }
+    void broadcast(void*, std::size_t, DLDataType, int, const std::string&) override {}
+    void abort() override { events.add("communicator aborted"); }
+    bool broken() const override { return false; }
+    Events& events;
+  };
+  struct SlowToEnd : test::RecordingClient {
+    Events* events = nullptr;
+    void update_weights(std::string_view) override {}
+    void end_weight_update(std::string_view) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a receiver a little slow
+      events->add("workers told");
+    }
+  } client;
+  client.events = &events;
+  ScriptedSource s;
+  s.add("a", {kDLFloat, 32, 1}, {2}, 1);
+  s.add("b", {kDLFloat, 32, 1}, {2}, 2);
+  s.declared = {s.metadata_of(0), s.metadata_of(1)};
+  s.stop_after = 1;
+  s.throw_instead = true;
+  auto factory = [&](const plugins::CommunicatorOptions&) {
+    return std::unique_ptr<plugins::Communicator>(std::make_unique<Recorded>(events));
+  };
+  {
+    nccl::NcclTrainer trainer(context(client, &s), info(), factory);
+    EXPECT_THROW(trainer.send_weights({}), sdk::Error);
+  }
+  std::lock_guard<std::mutex> l(events.mu);
+  const auto told = std::find(events.seen.begin(), events.seen.end(), "workers told");
+  const auto gone = std::find(events.seen.begin(), events.seen.end(), "communicator destroyed");
+  ASSERT_NE(told, events.seen.end());
+  ASSERT_NE(gone, events.seen.end());
+  EXPECT_LT(told, gone) << "the workers are told before the communicator goes";
 }
 
 sdk::WorkerContext worker_context() {

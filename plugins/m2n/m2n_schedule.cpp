@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <cstdint>
+
 namespace wt::m2n {
 
 PlanIndex::PlanIndex(const Plan& plan) {
@@ -45,6 +47,28 @@ std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
       const uint64_t n = piece_bytes(p, g.dtype);
       if (n > 0) out.push_back({i, &p, Plan::sender(p, e->member, replicas, worker_rank / tp), n});
     }
+  }
+  return out;
+}
+
+std::vector<Message> messages_of(const std::vector<Transfer>& transfers, std::size_t peers) {
+  std::vector<Message> out;
+  constexpr std::size_t kNone = SIZE_MAX;
+  std::vector<std::size_t> open(peers, kNone);  // per peer: the message small pieces join
+  for (std::size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& t = transfers[i];
+    std::size_t& o = open[static_cast<std::size_t>(t.peer)];
+    if (t.bytes >= kCoalesceBelow) {
+      o = kNone;  // the pair's next small piece starts a new message: pair order is kept
+      out.push_back({t.peer, {i}, t.bytes});
+      continue;
+    }
+    if (o == kNone || out[o].bytes + t.bytes > kMessageBytes) {
+      o = out.size();
+      out.push_back({t.peer, {}, 0});
+    }
+    out[o].transfers.push_back(i);
+    out[o].bytes += t.bytes;
   }
   return out;
 }

@@ -41,6 +41,28 @@ std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
 std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
                                   const std::vector<std::string>& names, int worker_rank);
 
+// How a pair's pieces travel: consecutive pieces of one pair under kCoalesceBelow bytes share one
+// message (up to kMessageBytes), so a round of many small pieces (norms, biases, FSDP tiles cut
+// by TP) costs a few messages per pair instead of one each; a larger piece is a message of its
+// own, moved in place where its bytes lie back to back. Both ends group a pair's pieces, the same
+// ones in the same order (the frame's digest checks that), alike.
+constexpr uint64_t kCoalesceBelow = uint64_t{1} << 20;
+constexpr uint64_t kMessageBytes = uint64_t{16} << 20;
+// Bytes of packed messages one side keeps in flight at most (beyond a single larger message):
+// before packing or posting more, it waits for its oldest. Both sides take their messages in one
+// order (by their first piece: parameter, worker rank, piece), so the earliest unfinished message
+// is always posted at both ends and the round cannot deadlock on the bound.
+constexpr uint64_t kInFlightBytes = uint64_t{256} << 20;
+
+struct Message {
+  int peer = 0;
+  std::vector<std::size_t> transfers;  // indices into the side's transfer list, in pair order
+  uint64_t bytes = 0;
+};
+// The messages of one side's transfers (sends_of or receives_of), in the order of their first
+// transfer.
+std::vector<Message> messages_of(const std::vector<Transfer>& transfers, std::size_t peers);
+
 // Per peer (0 .. peers-1): a digest of what the pair moves in a round, in order (each piece's
 // parameter name, box and bytes). The frame carries it: two ends that would pair different pieces
 // (an update listing the tensors in another order, a different plan) refuse before a byte moves.

@@ -104,6 +104,7 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     ++pair_pieces_[static_cast<std::size_t>(t.peer)];
     pair_bytes_[static_cast<std::size_t>(t.peer)] += t.bytes;
   }
+  messages_ = messages_of(sends_, static_cast<std::size_t>(workers));
   std::shared_ptr<gloo::rendezvous::Context> mesh;
   if (rank_ != 0) {
     mesh = plugins::form_gloo_mesh(o, nullptr);
@@ -114,6 +115,7 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
                                         {"master_port", o.master_port},
                                         {"session_secret", o.session_secret},
                                         {"trainer_ranks", ranks_},
+                                        {"wire", kWire},
                                         {"plan", plan_to_json(plan_)},
                                         {"plan_digest", plan_digest(plan_)}};
     // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
@@ -134,8 +136,10 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   transfers_ = std::make_unique<PairTransfers>(std::move(mesh), o.transfer_timeout);
   uint64_t bytes = 0;
   for (auto b : pair_bytes_) bytes += b;
-  log_.debug("trainer rank {} of {} ready: {} piece(s), {} bytes per round to {} worker rank(s)",
-             rank_, ranks_, sends_.size(), bytes, workers);
+  log_.debug(
+      "trainer rank {} of {} ready: {} piece(s) in {} message(s), {} bytes per round to {} worker "
+      "rank(s)",
+      rank_, ranks_, sends_.size(), messages_.size(), bytes, workers);
 }
 
 M2nTrainer::~M2nTrainer() = default;
@@ -221,9 +225,13 @@ void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t roun
     transfers_->post_send(ranks_ + static_cast<int>(w), slot(round, 0), frames[w].data(),
                           kFrameBytes, fmt::format("the round's frame to worker rank {}", w));
   }
-  std::vector<uint64_t> next(workers, 1);
-  packed_.clear();
-  for (const Transfer& t : sends_) {
+  // Where a piece's bytes are in this rank's source: its first byte, and how to walk it.
+  struct Where {
+    const unsigned char* base;
+    std::vector<int64_t> strides, extent;
+    bool contiguous;
+  };
+  auto where = [&](const Transfer& t) {
     const ParamMeta& m = meta_[t.param];
     const DLTensor& src = tensors[t.param].tensor;
     const std::vector<int64_t> shape = m.local_shape();
@@ -232,23 +240,53 @@ void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t roun
       lo[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
       hi[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
     }
-    const std::size_t elem = element_size(m.dtype);
-    const auto strides = src.strides != nullptr
-                             ? std::vector<int64_t>(src.strides, src.strides + src.ndim)
-                             : compact_strides(shape);
-    const auto* base = static_cast<const unsigned char*>(src.data) + src.byte_offset +
-                       static_cast<std::size_t>(box_offset(strides, lo)) * elem;
-    const void* from = base;
-    if (strides != compact_strides(shape) || !box_is_contiguous(shape, lo, hi)) {
-      std::vector<int64_t> extent(lo.size());
-      for (std::size_t d = 0; d < lo.size(); ++d) extent[d] = hi[d] - lo[d];
-      auto& buf = packed_.emplace_back(t.bytes);
-      copy_box(buf.data(), compact_strides(extent), base, strides, extent, elem);
-      from = buf.data();
+    Where w;
+    w.strides = src.strides != nullptr ? std::vector<int64_t>(src.strides, src.strides + src.ndim)
+                                       : compact_strides(shape);
+    w.base = static_cast<const unsigned char*>(src.data) + src.byte_offset +
+             static_cast<std::size_t>(box_offset(w.strides, lo)) * element_size(m.dtype);
+    w.contiguous = w.strides == compact_strides(shape) && box_is_contiguous(shape, lo, hi);
+    for (std::size_t d = 0; d < lo.size(); ++d) w.extent.push_back(hi[d] - lo[d]);
+    return w;
+  };
+  std::vector<uint64_t> next(workers, 1);
+  packed_.clear();
+  uint64_t in_flight = 0;  // bytes of packed messages not yet waited for
+  for (const Message& msg : messages_) {
+    const std::string what =
+        msg.transfers.size() == 1
+            ? fmt::format("a piece of '{}' to worker rank {}",
+                          meta_[sends_[msg.transfers[0]].param].name, msg.peer)
+            : fmt::format("{} pieces from '{}' on to worker rank {}", msg.transfers.size(),
+                          meta_[sends_[msg.transfers[0]].param].name, msg.peer);
+    const uint64_t message = next[static_cast<std::size_t>(msg.peer)]++;
+    if (msg.transfers.size() == 1) {
+      const Where w = where(sends_[msg.transfers[0]]);
+      if (w.contiguous) {  // straight from the source's memory
+        transfers_->post_send(ranks_ + msg.peer, slot(round, message), w.base, msg.bytes, what);
+        continue;
+      }
     }
-    transfers_->post_send(ranks_ + t.peer, slot(round, next[static_cast<std::size_t>(t.peer)]++),
-                          from, t.bytes,
-                          fmt::format("a piece of '{}' to worker rank {}", m.name, t.peer));
+    // Packed: the oldest packed messages are waited for first while this one would pass the bound.
+    while (!packed_.empty() && in_flight + msg.bytes > kInFlightBytes) {
+      transfers_->wait_through(packed_.front().op);
+      in_flight -= packed_.front().bytes.size();
+      packed_.pop_front();
+    }
+    auto& buf = packed_.emplace_back();
+    buf.bytes.resize(msg.bytes);
+    std::size_t at = 0;
+    for (std::size_t i : msg.transfers) {
+      const Transfer& t = sends_[i];
+      const Where w = where(t);
+      copy_box(buf.bytes.data() + at, compact_strides(w.extent), w.base, w.strides, w.extent,
+               element_size(meta_[t.param].dtype));
+      at += t.bytes;
+    }
+    buf.op = transfers_->posted();
+    in_flight += msg.bytes;
+    transfers_->post_send(ranks_ + msg.peer, slot(round, message), buf.bytes.data(), msg.bytes,
+                          what);
   }
 }
 

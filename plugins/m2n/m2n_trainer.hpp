@@ -19,6 +19,7 @@
 #include <wt/sdk/host_log.hpp>
 #include <wt/sdk/plugin.hpp>
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -48,11 +49,18 @@ class M2nTrainer final : public sdk::TrainerBase {
   std::vector<std::string> names_;
   Plan plan_;
   std::unique_ptr<PlanIndex> index_;
-  std::vector<Transfer> sends_;  // this rank's pieces, in schedule order
+  std::vector<Transfer> sends_;    // this rank's pieces, in schedule order
+  std::vector<Message> messages_;  // how they travel (messages_of)
   std::vector<uint64_t> pair_pieces_, pair_bytes_, pair_digests_;  // per worker rank
   uint32_t round_ = 0;
   std::vector<Frame> frames_;                       // the round's frames, one per worker rank
-  std::vector<std::vector<unsigned char>> packed_;  // the round's strided pieces, made compact
+  // The round's packed messages in flight (strided or coalesced pieces made compact), oldest
+  // first, each with its place among the posted messages.
+  struct Packed {
+    std::size_t op = 0;
+    std::vector<unsigned char> bytes;
+  };
+  std::deque<Packed> packed_;
   std::unique_ptr<PairTransfers> transfers_;        // after what it points at: destroyed first
   plugins::DescribedParams update_text_;
   sdk::AbortSignal aborted_;

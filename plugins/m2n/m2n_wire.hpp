@@ -1,7 +1,7 @@
 // What goes on a (trainer rank, worker rank) pair each round: first a frame (magic, round number,
-// pieces, bytes, the digest of the pair's schedule), then the pair's pieces in schedule order,
-// message n on slot slot(round, n). A worker whose frame disagrees with what its plan expects takes
-// none of the round's bytes.
+// pieces, bytes, the digest of the pair's schedule), then the pair's messages (its pieces in
+// schedule order, small ones coalesced: messages_of), message n on slot slot(round, n). A worker
+// whose frame disagrees with what its plan expects takes none of the round's bytes.
 #pragma once
 
 #include "../common/gloo_mesh.hpp"
@@ -14,7 +14,10 @@ namespace wt::m2n {
 
 constexpr std::size_t kFrameBytes = 32;
 using Frame = std::array<unsigned char, kFrameBytes>;
-constexpr unsigned char kFrameMagic[4] = {'W', 'T', 'M', '1'};
+// Wire 2 (m2n 0.2): a pair's pieces travel as messages (messages_of); wire 1 sent one per piece.
+// The worker init info says which ("wire"): a worker that speaks another refuses at init.
+constexpr int kWire = 2;
+constexpr unsigned char kFrameMagic[4] = {'W', 'T', 'M', '2'};
 
 inline Frame make_frame(uint32_t round, uint64_t pieces, uint64_t bytes, uint64_t digest) {
   Frame f{};

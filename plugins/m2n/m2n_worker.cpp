@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <deque>
 
 namespace wt::m2n {
 
@@ -37,7 +38,13 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
   const int64_t trainers = r.get_int("trainer_ranks");
   const nlohmann::json plan_json = r.raw("plan");
   const std::string digest = r.get_string("plan_digest");
+  const int64_t wire = r.has("wire") ? r.get_int("wire") : 1;  // m2n 0.1 sent none
   r.finish();
+  if (wire != kWire)
+    sdk::fail_field("wire", WT_ERR_INCOMPATIBLE,
+                    "invalid {}: the trainer sends m2n wire {}, this worker reads wire {} only: "
+                    "use the same libwt_m2n.so version on both sides",
+                    what, wire, kWire);
   if (world_size < 2 || world_size > plugins::kMaxWorld)
     sdk::fail_field("world_size", WT_ERR_INVALID_ARGUMENT,
                     "invalid {}: field 'world_size' must be in 2..{}, got {}", what,
@@ -242,53 +249,82 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
       place[i] = own[i].data();
     }
   }
-  // Every piece, posted at once; strided ones into buffers unpacked once they arrived.
-  struct Unpack {
-    std::size_t param;
-    std::vector<int64_t> lo, extent;
+  // Every message, in order: a piece whose bytes lie back to back in its place straight there,
+  // the others into a buffer unpacked once it arrived; the oldest buffers are waited for and
+  // unpacked first while new ones would pass the bound on bytes in flight.
+  auto box_in_place = [&](const Transfer& t, std::vector<int64_t>& lo, std::vector<int64_t>& hi) {
+    lo = t.piece->box.lo;
+    hi = t.piece->box.hi;
+    for (std::size_t d = 0; d < lo.size(); ++d) {
+      lo[d] -= needed[t.param].lo[d];
+      hi[d] -= needed[t.param].lo[d];
+    }
+  };
+  struct Buffered {
+    std::size_t op = 0;
+    const Message* msg = nullptr;
     std::vector<unsigned char> bytes;
   };
-  std::vector<Unpack> unpacks;
-  unpacks.reserve(receives.size());
-  std::vector<uint64_t> next(trainers, 1);
-  try {
-    for (const Transfer& t : receives) {
-      const auto& name = params[t.param].name;
+  std::deque<Buffered> buffered;
+  auto unpack = [&](const Buffered& b) {
+    std::size_t at = 0;
+    std::vector<int64_t> lo, hi, extent;
+    for (std::size_t i : b.msg->transfers) {
+      const Transfer& t = receives[i];
+      box_in_place(t, lo, hi);
+      extent.resize(lo.size());
+      for (std::size_t d = 0; d < lo.size(); ++d) extent[d] = hi[d] - lo[d];
       const std::size_t elem = element_size(params[t.param].dtype);
-      std::vector<int64_t> lo = t.piece->box.lo, hi = t.piece->box.hi;
-      for (std::size_t d = 0; d < lo.size(); ++d) {
-        lo[d] -= needed[t.param].lo[d];
-        hi[d] -= needed[t.param].lo[d];
-      }
-      const auto& shape = shapes[t.param];
-      void* into = nullptr;
-      if (box_is_contiguous(shape, lo, hi)) {
-        into = place[t.param] +
-               static_cast<std::size_t>(box_offset(compact_strides(shape), lo)) * elem;
-      } else {
-        Unpack& u = unpacks.emplace_back();
-        u.param = t.param;
-        u.lo = lo;
-        for (std::size_t d = 0; d < lo.size(); ++d) u.extent.push_back(hi[d] - lo[d]);
-        u.bytes.resize(t.bytes);
-        into = u.bytes.data();
-      }
-      transfers_->post_recv(static_cast<int>(t.peer),
-                            slot(round, next[static_cast<std::size_t>(t.peer)]++), into, t.bytes,
-                            fmt::format("a piece of '{}' from trainer rank {}", name, t.peer));
+      const auto strides = compact_strides(shapes[t.param]);
+      copy_box(place[t.param] + static_cast<std::size_t>(box_offset(strides, lo)) * elem, strides,
+               b.bytes.data() + at, compact_strides(extent), extent, elem);
+      at += t.bytes;
     }
+  };
+  const auto messages = messages_of(receives, trainers);
+  std::vector<uint64_t> next(trainers, 1);
+  uint64_t in_flight = 0;
+  try {
+    std::vector<int64_t> lo, hi;
+    for (const Message& msg : messages) {
+      const Transfer& first = receives[msg.transfers[0]];
+      const std::string what =
+          msg.transfers.size() == 1
+              ? fmt::format("a piece of '{}' from trainer rank {}", params[first.param].name,
+                            msg.peer)
+              : fmt::format("{} pieces from '{}' on from trainer rank {}", msg.transfers.size(),
+                            params[first.param].name, msg.peer);
+      const uint64_t message = next[static_cast<std::size_t>(msg.peer)]++;
+      if (msg.transfers.size() == 1) {
+        box_in_place(first, lo, hi);
+        if (box_is_contiguous(shapes[first.param], lo, hi)) {
+          const std::size_t elem = element_size(params[first.param].dtype);
+          void* into =
+              place[first.param] +
+              static_cast<std::size_t>(box_offset(compact_strides(shapes[first.param]), lo)) * elem;
+          transfers_->post_recv(msg.peer, slot(round, message), into, msg.bytes, what);
+          continue;
+        }
+      }
+      while (!buffered.empty() && in_flight + msg.bytes > kInFlightBytes) {
+        transfers_->wait_through(buffered.front().op);
+        unpack(buffered.front());
+        in_flight -= buffered.front().bytes.size();
+        buffered.pop_front();
+      }
+      Buffered& b = buffered.emplace_back();
+      b.msg = &msg;
+      b.bytes.resize(msg.bytes);
+      b.op = transfers_->posted();
+      in_flight += msg.bytes;
+      transfers_->post_recv(msg.peer, slot(round, message), b.bytes.data(), msg.bytes, what);
+    }
+    transfers_->wait_all();
   } catch (...) {
     transfers_->discard();  // before the buffers they point at go
     throw;
   }
-  transfers_->wait_all();
-  for (const Unpack& u : unpacks) {
-    const auto& p = params[u.param];
-    const std::size_t elem = element_size(p.dtype);
-    const auto strides = compact_strides(shapes[u.param]);
-    copy_box(place[u.param] + static_cast<std::size_t>(box_offset(strides, u.lo)) * elem, strides,
-             u.bytes.data(), compact_strides(u.extent), u.extent, elem);
-  }
+  for (const Buffered& b : buffered) unpack(b);
   std::vector<wt_tensor> views;
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (offered[i]) {

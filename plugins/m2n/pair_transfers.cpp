@@ -20,6 +20,7 @@ PairTransfers::~PairTransfers() {
 void PairTransfers::clear() {
   // The buffers go before the memory they point at (their owners free it after this).
   ops_.clear();
+  waited_ = 0;
 }
 
 void PairTransfers::discard() {
@@ -45,6 +46,8 @@ void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::si
                          std::string what) {
   if (broken_) fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; initialise again");
   plugins::SigpipeBlocked no_sigpipe;
+  // One deadline for the round's messages, not one each: a peer trickling bytes cannot stretch it.
+  if (ops_.empty()) until_ = std::chrono::steady_clock::now() + timeout_;
   try {
     plugins::gloo_call(what, [&] {
       Op op;
@@ -64,11 +67,16 @@ void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::si
 }
 
 void PairTransfers::wait_all() {
+  if (!ops_.empty()) wait_through(ops_.size() - 1);
+  clear();
+}
+
+void PairTransfers::wait_through(std::size_t n) {
   plugins::SigpipeBlocked no_sigpipe;
-  // One deadline for the round's messages, not one each: a peer trickling bytes cannot stretch it.
-  const auto until = std::chrono::steady_clock::now() + timeout_;
+  const auto until = until_;
   try {
-    for (Op& op : ops_) {
+    for (; waited_ <= n && waited_ < ops_.size(); ++waited_) {
+      Op& op = ops_[waited_];
       {
         std::lock_guard<std::mutex> l(mu_);
         if (aborted_) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
@@ -94,7 +102,6 @@ void PairTransfers::wait_all() {
     discard();
     throw;
   }
-  clear();
 }
 
 void PairTransfers::abort() {

@@ -53,6 +53,8 @@ class NcclTrainer final : public sdk::TrainerBase {
   sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
   // RPC threads of failed rounds: never joined on the error path (a worker may still be blocked
   // in the matching collective); joined when the engine goes, bounded by the client's deadline.
+  // Declared after group_, so destroyed first: teardown tells the workers (a parked
+  // end_weight_update answers) before the communicator is finalized or aborted.
   std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;
   std::vector<std::vector<unsigned char>> host_buffers_;  // packed chunks in rotation, reused
   std::vector<plugins::DeviceBytes> device_buffers_;

@@ -1,0 +1,116 @@
+// How m2n's pieces travel (m2n_schedule): both ends of every (trainer rank, worker rank) pair
+// group the pair's pieces into the same messages, in the same order, so message n on a pair is
+// the same bytes at both ends; small pieces share messages (bounded in size), large ones go
+// alone.
+#include "m2n_schedule.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace wt::m2n {
+namespace {
+
+using json = nlohmann::json;
+
+// 2 trainer ranks holding dim-0 shards → 2 replicas of TP 2 splitting dim 1: many small tiles
+// (the "n*" and "b*" tensors), a few pieces of 1 MiB and more (the "big*" tensors).
+Plan test_plan() {
+  const json layout = {
+      {"parameters",
+       {{{"name", "n{}"}, {"ranges", {{0, 40}}}, {"dtype", "float32"}, {"shape", {8, 64}}},
+        {{"name", "big{}"}, {"ranges", {{0, 3}}}, {"dtype", "float32"}, {"shape", {1024, 1024}}},
+        {{"name", "b{}"}, {"ranges", {{0, 20}}}, {"dtype", "bfloat16"}, {"shape", {16}}}}},
+      {"trainer", {{"ranks", 2}, {"holdings", {{{"match", "*"}, {"shard_dim", 0}}}}}},
+      {"inference",
+       {{"replicas", 2},
+        {"tensor_parallel", 2},
+        {"rules", {{{"match", "n*"}, {"dim", 1}}, {{"match", "big*"}, {"dim", 1}}}}}}};
+  return compute_plan(layout_from_json(layout, "test layout"));
+}
+
+std::vector<std::string> names_of(const Plan& plan) {
+  std::vector<std::string> names;
+  for (const auto& g : plan.groups)
+    for (const auto& n : g.names) names.push_back(n);
+  return names;
+}
+
+// A pair's messages as what each carries: (parameter, box lo) per piece, message by message.
+using Carried = std::vector<std::vector<std::pair<std::size_t, std::vector<int64_t>>>>;
+std::map<int, Carried> per_peer(const std::vector<Transfer>& transfers,
+                                const std::vector<Message>& messages) {
+  std::map<int, Carried> out;
+  for (const Message& m : messages) {
+    auto& carried = out[m.peer].emplace_back();
+    for (std::size_t i : m.transfers) {
+      EXPECT_EQ(transfers[i].peer, m.peer);
+      carried.push_back({transfers[i].param, transfers[i].piece->box.lo});
+    }
+  }
+  return out;
+}
+
+TEST(M2nMessages, BothEndsOfEveryPairCarryTheSamePiecesInTheSameMessages) {
+  const Plan plan = test_plan();
+  const PlanIndex index(plan);
+  const auto names = names_of(plan);
+  const int workers = plan.inference.worker_ranks();
+  std::size_t all_pieces = 0, all_messages = 0;
+  // trainer → worker → what the pair's messages carry, from each end.
+  std::map<std::pair<int, int>, Carried> sent, received;
+  for (int t = 0; t < plan.trainer_ranks; ++t) {
+    const auto sends = sends_of(plan, index, names, t);
+    const auto messages = messages_of(sends, static_cast<std::size_t>(workers));
+    all_pieces += sends.size();
+    all_messages += messages.size();
+    for (auto& [w, c] : per_peer(sends, messages)) sent[{t, w}] = c;
+    // Every piece is in exactly one message, and the messages keep the order of first pieces.
+    std::vector<int> seen(sends.size(), 0);
+    std::size_t last_first = 0;
+    for (const Message& m : messages) {
+      ASSERT_FALSE(m.transfers.empty());
+      EXPECT_GE(m.transfers.front(), last_first);
+      last_first = m.transfers.front();
+      uint64_t bytes = 0;
+      for (std::size_t i : m.transfers) {
+        ++seen[i];
+        bytes += sends[i].bytes;
+        if (m.transfers.size() > 1) EXPECT_LT(sends[i].bytes, kCoalesceBelow);
+      }
+      EXPECT_EQ(bytes, m.bytes);
+      if (m.transfers.size() > 1) EXPECT_LE(m.bytes, kMessageBytes);
+    }
+    for (int n : seen) EXPECT_EQ(n, 1);
+  }
+  for (int w = 0; w < workers; ++w) {
+    const auto receives = receives_of(plan, index, names, w);
+    for (auto& [t, c] : per_peer(receives, messages_of(receives, plan.trainer_ranks)))
+      received[{t, w}] = c;
+  }
+  EXPECT_EQ(sent, received);
+  EXPECT_EQ(sent.size(), static_cast<std::size_t>(plan.trainer_ranks * workers));
+  // The 60 small tensors' tiles ride a few messages per pair; each big tensor's pieces go alone.
+  EXPECT_LT(all_messages, all_pieces / 4) << all_messages << " messages for " << all_pieces;
+}
+
+TEST(M2nMessages, PiecesOfOneMiBAndMoreGoAloneAndSmallOnesFillMessagesUpToTheirBound) {
+  Piece p;
+  std::vector<Transfer> ts;
+  // Peer 0: 20 pieces of 1 MiB - 1 (coalesced, 16 MiB at most per message), then one of 1 MiB.
+  for (int i = 0; i < 20; ++i) ts.push_back({0, &p, 0, kCoalesceBelow - 1});
+  ts.push_back({0, &p, 0, kCoalesceBelow});
+  ts.push_back({0, &p, 1, 10});  // peer 1 interleaved
+  ts.push_back({0, &p, 0, 10});  // after the large piece: a new message, the pair's order kept
+  const auto m = messages_of(ts, 2);
+  ASSERT_EQ(m.size(), 5u);
+  EXPECT_EQ(m[0].transfers.size(), 16u);  // 16 × (1 MiB - 1) ≤ 16 MiB
+  EXPECT_EQ(m[1].transfers.size(), 4u);
+  EXPECT_EQ(m[2].transfers, std::vector<std::size_t>{20});
+  EXPECT_EQ(m[3].peer, 1);
+  EXPECT_EQ(m[4].transfers, std::vector<std::size_t>{22});
+}
+
+}  // namespace
+}  // namespace wt::m2n
