@@ -112,7 +112,7 @@ Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
                             "a slice cannot load",
                             cfg.file, cfg.backend));
   std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0,
-                              cfg.receiver_tensor_parallel_size);
+                               cfg.receiver_tensor_parallel_size);
   if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
       !cfg.init_info.contains("world_size"))
     for (std::size_t k = 0; k < cfg.receiver_urls.size(); ++k) {
@@ -510,13 +510,14 @@ int print_dry_run(const LaunchConfig& cfg) {
                cfg.generate->seed);
   fmt::print("trainer ranks: {}\n", cfg.trainer_ranks);
   if (cfg.embedded_receiver)
-    fmt::print("receivers: {} embedded `wt serve` process(es) on 127.0.0.1{}, port chosen at "
-               "start\n",
-               cfg.receiver_count,
-               cfg.receiver_tensor_parallel_size > 1
-                   ? fmt::format(", each {} tensor-parallel worker ranks",
-                                 cfg.receiver_tensor_parallel_size)
-                   : std::string());
+    fmt::print(
+        "receivers: {} embedded `wt serve` process(es) on 127.0.0.1{}, port chosen at "
+        "start\n",
+        cfg.receiver_count,
+        cfg.receiver_tensor_parallel_size > 1
+            ? fmt::format(", each {} tensor-parallel worker ranks",
+                          cfg.receiver_tensor_parallel_size)
+            : std::string());
   else
     for (const auto& url : cfg.receiver_urls) fmt::print("receiver: {}\n", url);
   fmt::print("rounds: {}{}\n", cfg.rounds, cfg.verify ? ", each verified" : "");

@@ -109,28 +109,25 @@ constexpr const char* kTpRules =
     "  tp_rules: [{match: \"*.o_proj.weight\", dim: 1}, {match: \"*.down_proj.weight\", dim: 1},\n"
     "             {match: \"*_proj.weight\", dim: 0}, {match: \"*embed_tokens*\", dim: 0}]";
 
-INSTANTIATE_TEST_SUITE_P(Layouts, M2nSyncs,
-                         ::testing::Values(Case{"two_ranks_rows_bf16_two_replicas",
-                                                {2, 0, "bfloat16", 2, "", "tiny", 2, "m2n"}},
-                                           Case{"three_ranks_columns_fp32_two_replicas",
-                                                {3, 1, "float32", 2, "", "tiny", 2, "m2n"}},
-                                           Case{"two_ranks_rows_one_replica_of_tp2",
-                                                {2, 0, "bfloat16", 2, kTpRules, "tiny", 2, "m2n"}},
-                                           Case{"three_ranks_columns_two_replicas_of_tp2",
-                                                {3, 1, "float32", 4, kTpRules, "tiny", 2, "m2n"}},
-                                           // One `wt serve --tensor-parallel-size 2` per replica.
-                                           Case{"two_ranks_rows_one_server_of_tp2",
-                                                {2, 0, "bfloat16", 1, kTpRules, "tiny", 2, "m2n",
-                                                 2}},
-                                           Case{"three_ranks_columns_two_servers_of_tp2",
-                                                {3, 1, "float32", 2, kTpRules, "tiny", 3, "m2n",
-                                                 2}},
-                                           // 1 GB of column shards, every piece packed: more
-                                           // than the bytes in flight either side may hold.
-                                           Case{"two_ranks_columns_1gb_past_the_inflight_bound",
-                                                {2, 1, "bfloat16", 2, "", "qwen2.5-0.5b", 2,
-                                                 "m2n"}}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, M2nSyncs,
+    ::testing::Values(
+        Case{"two_ranks_rows_bf16_two_replicas", {2, 0, "bfloat16", 2, "", "tiny", 2, "m2n"}},
+        Case{"three_ranks_columns_fp32_two_replicas", {3, 1, "float32", 2, "", "tiny", 2, "m2n"}},
+        Case{"two_ranks_rows_one_replica_of_tp2",
+             {2, 0, "bfloat16", 2, kTpRules, "tiny", 2, "m2n"}},
+        Case{"three_ranks_columns_two_replicas_of_tp2",
+             {3, 1, "float32", 4, kTpRules, "tiny", 2, "m2n"}},
+        // One `wt serve --tensor-parallel-size 2` per replica.
+        Case{"two_ranks_rows_one_server_of_tp2",
+             {2, 0, "bfloat16", 1, kTpRules, "tiny", 2, "m2n", 2}},
+        Case{"three_ranks_columns_two_servers_of_tp2",
+             {3, 1, "float32", 2, kTpRules, "tiny", 3, "m2n", 2}},
+        // 1 GB of column shards, every piece packed: more
+        // than the bytes in flight either side may hold.
+        Case{"two_ranks_columns_1gb_past_the_inflight_bound",
+             {2, 1, "bfloat16", 2, "", "qwen2.5-0.5b", 2, "m2n"}}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(M2nRefuses, WorkerRanksThatDoNotFormReplicasOfTheTensorParallelSize) {
   RunSetup s;

@@ -120,9 +120,9 @@ TEST(ReceiverGroup, ARoundCommitsOnEveryRankOrOnNone) {
   commit_first_round(*g);
   g->start_weight_update();
   // Both ranks receive; rank 1's engine then fails its finish.
-  g->update_weights(json::array({inline_tensor("w", {7, 7}),
-                                 {{"inline", {{{"name", "w"}, {"values", {8, 8}}}}},
-                                  {"fail_finish", true}}}));
+  g->update_weights(
+      json::array({inline_tensor("w", {7, 7}),
+                   {{"inline", {{{"name", "w"}, {"values", {8, 8}}}}}, {"fail_finish", true}}}));
   try {
     g->finish_weight_update("2");
     FAIL() << "the finish succeeded";
@@ -132,7 +132,7 @@ TEST(ReceiverGroup, ARoundCommitsOnEveryRankOrOnNone) {
   }
   EXPECT_FALSE(g->session_active());
   EXPECT_EQ(floats_of(g->rank(0), "w"), (std::vector<float>{1, 2})) << "rank 0 finished, yet "
-                                                                        "must not commit alone";
+                                                                       "must not commit alone";
   EXPECT_EQ(floats_of(g->rank(1), "w"), (std::vector<float>{3, 4}));
   EXPECT_EQ(g->weight_version(), "1");
   EXPECT_EQ(g->rank(0).rounds_finished(), 1u);

@@ -851,8 +851,9 @@ void route_queries(WtHttpServer& s, ReceiverGroup* r) {
     guarded(res, "/weight_checksums", [&] {
       auto v = r->weight_version();
       const auto by_rank = r->checksums_by_rank();
-      nlohmann::json answer = {{"algorithm", "xxh3-64"},
-                               {"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)}};
+      nlohmann::json answer = {
+          {"algorithm", "xxh3-64"},
+          {"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)}};
       if (by_rank.size() == 1) answer["checksums"] = by_rank[0];
       nlohmann::json& ranks = answer["ranks"] = nlohmann::json::array();
       for (std::size_t k = 0; k < by_rank.size(); ++k)

@@ -77,7 +77,8 @@ void ReceiverGroup::on_every_rank(F&& f, bool abort_others_on_failure) {
       // will not come; their errors (aborted) are not the cause and are not reported.
       if (mine && abort_others_on_failure)
         for (int j = 0; j < world_size(); ++j)
-          if (j != k) ranks_[static_cast<std::size_t>(j)]->end_weight_update(
+          if (j != k)
+            ranks_[static_cast<std::size_t>(j)]->end_weight_update(
                 who(k) + "failed; the group's round ends");
     }
   };

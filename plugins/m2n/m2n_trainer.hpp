@@ -53,7 +53,7 @@ class M2nTrainer final : public sdk::TrainerBase {
   std::vector<Message> messages_;  // how they travel (messages_of)
   std::vector<uint64_t> pair_pieces_, pair_bytes_, pair_digests_;  // per worker rank
   uint32_t round_ = 0;
-  std::vector<Frame> frames_;                       // the round's frames, one per worker rank
+  std::vector<Frame> frames_;  // the round's frames, one per worker rank
   // The round's packed messages in flight (strided or coalesced pieces made compact), oldest
   // first, each with its place among the posted messages.
   struct Packed {
@@ -61,7 +61,7 @@ class M2nTrainer final : public sdk::TrainerBase {
     std::vector<unsigned char> bytes;
   };
   std::deque<Packed> packed_;
-  std::unique_ptr<PairTransfers> transfers_;        // after what it points at: destroyed first
+  std::unique_ptr<PairTransfers> transfers_;  // after what it points at: destroyed first
   plugins::DescribedParams update_text_;
   sdk::AbortSignal aborted_;
   // RPC threads of failed rounds (declared after the signal they wake: destroyed first).

@@ -58,7 +58,7 @@ class PairTransfers {
   std::shared_ptr<gloo::rendezvous::Context> mesh_;
   std::chrono::milliseconds timeout_;
   std::vector<Op> ops_;
-  std::size_t waited_ = 0;                        // ops_[0, waited_) are done
+  std::size_t waited_ = 0;                         // ops_[0, waited_) are done
   std::chrono::steady_clock::time_point until_{};  // the deadline of the messages in ops_
   std::atomic<bool> broken_{false};
   std::mutex mu_;  // guards current_ and aborted_

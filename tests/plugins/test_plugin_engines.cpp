@@ -51,9 +51,9 @@ struct wt_trainer {
 };
 struct wt_worker {
   std::string last_error;
-  int64_t rank_offset = -1;  // the init info's, when it has one (receiver groups rewrite it)
-  bool fail_finish = false;  // an update asked for the next finish to fail
-  std::atomic<bool> active{false};   // abort() may come from another thread
+  int64_t rank_offset = -1;         // the init info's, when it has one (receiver groups rewrite it)
+  bool fail_finish = false;         // an update asked for the next finish to fail
+  std::atomic<bool> active{false};  // abort() may come from another thread
   std::atomic<bool> aborted{false};  // abort() may come from another thread
 };
 
@@ -229,8 +229,7 @@ void trainer_destroy(wt_trainer* t) {
   delete t;
 }
 
-wt_status worker_create(const wt_worker_create_args* args, wt_worker** out, char* err,
-                        size_t cap) {
+wt_status worker_create(const wt_worker_create_args* args, wt_worker** out, char* err, size_t cap) {
   auto w = std::make_unique<wt_worker>();
   const wt_status st = guard_into(err, cap, [&] {
     if (args->init_info_json == nullptr) return;

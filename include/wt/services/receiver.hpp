@@ -141,7 +141,7 @@ class Receiver {
   void finish_engine();
   void commit_finished(const std::optional<std::string>& weight_version);
   void drop_finished();
-  void finish_engine_locked();                                        // session_mu_ held
+  void finish_engine_locked();                                           // session_mu_ held
   void commit_locked(const std::optional<std::string>& weight_version);  // session_mu_ held
   class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches
   uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
