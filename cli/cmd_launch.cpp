@@ -113,8 +113,7 @@ Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
                             cfg.file, cfg.backend));
   std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0,
                                cfg.receiver_tensor_parallel_size);
-  if (!cfg.embedded_receiver && cfg.init_info.contains("master_address") &&
-      !cfg.init_info.contains("world_size"))
+  if (!cfg.embedded_receiver && world_size_from_receivers(cfg))
     for (std::size_t k = 0; k < cfg.receiver_urls.size(); ++k) {
       HttpClient::Options hopts;
       hopts.bearer_token = cfg.receiver_token;

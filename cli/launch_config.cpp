@@ -265,10 +265,19 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
 
 }  // namespace
 
+bool world_size_from_receivers(const LaunchConfig& cfg) {
+  const auto& ii = cfg.init_info;
+  if (ii.contains("world_size")) return false;
+  // A rendezvous (host memory) or an NCCL domain (device "cuda:N"): both count their ranks.
+  const auto device = ii.find("device");
+  return ii.contains("master_address") || (device != ii.end() && device->is_string() &&
+                                           device->get<std::string>().rfind("cuda:", 0) == 0);
+}
+
 nlohmann::json init_info_for(const LaunchConfig& cfg,
                              const std::vector<int>& receiver_world_sizes) {
   auto fields = cfg.init_info;
-  if (fields.contains("master_address") && !fields.contains("world_size")) {
+  if (world_size_from_receivers(cfg)) {
     int n = 1;
     for (int w : receiver_world_sizes) n += w;
     fields["world_size"] = n;

@@ -71,6 +71,10 @@ LaunchConfig load_launch_config(const std::string& path);
 // the YAML line of the offending key.
 void validate_init_info(const LaunchConfig& cfg, const std::vector<int>& receiver_world_sizes);
 
+// Whether the init info's world_size is to be counted from the receivers' (it has none, and the
+// backend meets at a rendezvous address or in a CUDA domain).
+bool world_size_from_receivers(const LaunchConfig& cfg);
+
 // The init info a trainer rank sends, given the receivers' world sizes: a backend with a
 // rendezvous (master_address) and no world_size gets 1 (the sender) + their sum.
 nlohmann::json init_info_for(const LaunchConfig& cfg, const std::vector<int>& receiver_world_sizes);

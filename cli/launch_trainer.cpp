@@ -135,9 +135,9 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     std::vector<FanOutClient::Replica> replicas;
     std::vector<int> world_sizes;
     // World sizes matter for rank offsets (several receivers) and a default world_size.
-    const bool need_world_sizes =
-        args.receiver_urls.size() > 1 || cfg.receiver_tensor_parallel_size > 1 ||
-        (cfg.init_info.contains("master_address") && !cfg.init_info.contains("world_size"));
+    const bool need_world_sizes = args.receiver_urls.size() > 1 ||
+                                  cfg.receiver_tensor_parallel_size > 1 ||
+                                  world_size_from_receivers(cfg);
     for (const auto& url : args.receiver_urls) {
       auto& c = receivers.emplace_back(std::make_unique<HttpClient>(url, hopts));
       const int ws = need_world_sizes ? c->world_size() : 1;

@@ -20,6 +20,6 @@ fi
 # bf16[3]/f32[5] alignment, zero-element tensors, cudaMallocAsync and cuMemCreate memory, abort
 # during a slow load, a 2.3 GB model with GB/s printed; the UUID check; the device guard; the
 # no-GPU refusals; the driver-range tests with a stand-in libcuda; and nccl over NCCL with
-# configs/nccl_cuda.yaml where 2 GPUs are present (skipped with one).
+# configs/nccl_cuda.yaml, and m2n over NCCL send/recv, where 2 GPUs are present (skipped with one).
 cd build
-ctest --output-on-failure -V -R 'IpcCuda|CudaDriver|NcclCuda' -j 1 | grep -Ev '^[0-9]+: (Test command|Working Directory|Environment)'
+ctest --output-on-failure -V -R 'IpcCuda|CudaDriver|NcclCuda|M2nCuda' -j 1 | grep -Ev '^[0-9]+: (Test command|Working Directory|Environment)'

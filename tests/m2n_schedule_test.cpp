@@ -77,10 +77,14 @@ TEST(M2nMessages, BothEndsOfEveryPairCarryTheSamePiecesInTheSameMessages) {
       for (std::size_t i : m.transfers) {
         ++seen[i];
         bytes += sends[i].bytes;
-        if (m.transfers.size() > 1) EXPECT_LT(sends[i].bytes, kCoalesceBelow);
+        if (m.transfers.size() > 1) {
+          EXPECT_LT(sends[i].bytes, kCoalesceBelow);
+        }
       }
       EXPECT_EQ(bytes, m.bytes);
-      if (m.transfers.size() > 1) EXPECT_LE(m.bytes, kMessageBytes);
+      if (m.transfers.size() > 1) {
+        EXPECT_LE(m.bytes, kMessageBytes);
+      }
     }
     for (int n : seen) EXPECT_EQ(n, 1);
   }

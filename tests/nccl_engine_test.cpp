@@ -418,10 +418,10 @@ TEST(NcclTrainerSpy, AReceiverFailingItsUpdateMidBroadcastIsReportedAtOnce) {
   }
 }
 
-// Teardown tells the workers first: when a round fails after its first collective, the inference
-// side's end_weight_update is answered before the broken communicator goes (finalized or
-// aborted), so a worker still inside the round is told to end it instead of finding its peer gone
-// mid-collective (NCCL would not tell it). Before, the group went first.
+// Teardown tells the workers first: when a round fails after its first collective, a group whose
+// closing its peers do not notice (NCCL's) is aborted and kept until the engine goes, after the
+// inference side's end_weight_update was answered, so a worker still inside the round is told to
+// end it instead of finding its peer gone mid-collective. Before, the group went first.
 TEST(NcclTrainerSpy, TeardownTellsTheWorkersBeforeTheCommunicatorGoes) {
   struct Events {
     std::mutex mu;
@@ -437,13 +437,14 @@ TEST(NcclTrainerSpy, TeardownTellsTheWorkersBeforeTheCommunicatorGoes) {
     void broadcast(void*, std::size_t, DLDataType, int, const std::string&) override {}
     void abort() override { events.add("communicator aborted"); }
     bool broken() const override { return false; }
+    bool peers_see_it_close() const override { return false; }  // as NCCL's
     Events& events;
   };
   struct SlowToEnd : test::RecordingClient {
     Events* events = nullptr;
     void update_weights(std::string_view) override {}
     void end_weight_update(std::string_view) override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a receiver a little slow
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the bracket's wait
       events->add("workers told");
     }
   } client;
@@ -467,6 +468,7 @@ TEST(NcclTrainerSpy, TeardownTellsTheWorkersBeforeTheCommunicatorGoes) {
   ASSERT_NE(told, events.seen.end());
   ASSERT_NE(gone, events.seen.end());
   EXPECT_LT(told, gone) << "the workers are told before the communicator goes";
+  EXPECT_EQ(events.seen.front(), "communicator aborted") << "the round's group is aborted at once";
 }
 
 sdk::WorkerContext worker_context() {

@@ -45,7 +45,25 @@ class Communicator {
   // The CUDA stream its collectives run on (NCCL), or nullptr (host memory): copies queued there
   // before a broadcast are ordered before it.
   virtual void* stream() const { return nullptr; }
+  // Whether destroying it ends its peers' waits at once. Gloo's does (its pairs close), so a
+  // failed round drops the group first; NCCL's does not, so a failed round aborts it, tells the
+  // inference side, and the group goes only when the engine does (retire_broken).
+  virtual bool peers_see_it_close() const { return true; }
 };
+
+// After a round failed once a collective began: the group is done. One whose closing tells its
+// peers is destroyed now; another is aborted and kept in `retired` (which the engine declares
+// before its parked calls, so it is destroyed after them: the workers are told first).
+inline void retire_broken(std::unique_ptr<Communicator>& group,
+                          std::unique_ptr<Communicator>& retired) {
+  if (!group) return;
+  if (group->peers_see_it_close()) {
+    group.reset();
+    return;
+  }
+  group->abort();
+  retired = std::move(group);
+}
 
 // Makes the domain for these options (blocking until every rank joined).
 using CommunicatorFactory =

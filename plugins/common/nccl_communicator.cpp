@@ -50,6 +50,10 @@ struct Nccl {
   decltype(&ncclCommAbort) CommAbort = nullptr;
   decltype(&ncclCommDestroy) CommDestroy = nullptr;
   decltype(&ncclBroadcast) Broadcast = nullptr;
+  decltype(&ncclSend) Send = nullptr;
+  decltype(&ncclRecv) Recv = nullptr;
+  decltype(&ncclGroupStart) GroupStart = nullptr;
+  decltype(&ncclGroupEnd) GroupEnd = nullptr;
   decltype(&ncclAllReduce) AllReduce = nullptr;
   decltype(&ncclGetErrorString) GetErrorString = nullptr;
   int version = 0;
@@ -87,6 +91,10 @@ LoadedNccl load_nccl() {
   get("ncclCommAbort", n->CommAbort);
   get("ncclCommDestroy", n->CommDestroy);
   get("ncclBroadcast", n->Broadcast);
+  get("ncclSend", n->Send);
+  get("ncclRecv", n->Recv);
+  get("ncclGroupStart", n->GroupStart);
+  get("ncclGroupEnd", n->GroupEnd);
   get("ncclAllReduce", n->AllReduce);
   get("ncclGetErrorString", n->GetErrorString);
   if (!out.why.empty()) return out;
@@ -301,6 +309,37 @@ void NcclCommunicator::broadcast(void* data, std::size_t bytes, DLDataType dtype
   s_->wait(what, s_->transfer_timeout, true);
 }
 
+void NcclCommunicator::exchange(const std::vector<P2p>& ops, const std::string& what) {
+  if (s_->aborted) fail(WT_ERR_ABORTED, "{}: aborted", what);
+  if (s_->broken) fail(WT_ERR_STATE, "the NCCL communicator broke earlier; initialise again");
+  if (ops.empty()) return;
+  {
+    drv::DeviceGuard g(s_->device);
+    std::lock_guard<std::mutex> l(s_->mu);
+    if (s_->comm == nullptr) fail(WT_ERR_STATE, "{}: the NCCL communicator is gone", what);
+    const Nccl& n = nccl();
+    check_nccl(n.GroupStart(), "ncclGroupStart for " + what);
+    ncclResult_t first = ncclSuccess;
+    for (const P2p& op : ops) {
+      if (op.bytes == 0) continue;
+      const ncclResult_t r =
+          op.send ? n.Send(op.data, op.bytes, ncclUint8, op.peer, s_->comm, s_->stream->get())
+                  : n.Recv(op.data, op.bytes, ncclUint8, op.peer, s_->comm, s_->stream->get());
+      if (first == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first = r;
+    }
+    // The group is ended whatever happened inside it (NCCL requires it), then judged.
+    const ncclResult_t end = n.GroupEnd();
+    if (first != ncclSuccess || (end != ncclSuccess && end != ncclInProgress)) {
+      const std::string text = nccl_text(first != ncclSuccess ? first : end);
+      s_->broken = true;
+      nccl().CommAbort(s_->comm);
+      s_->comm = nullptr;
+      fail(WT_ERR_DEVICE, "{}: NCCL refused the sends and receives: {}", what, text);
+    }
+  }
+  s_->wait(what, s_->transfer_timeout, true);
+}
+
 void NcclCommunicator::abort() {
   s_->aborted = true;  // the waiting thread aborts the communicator (it may be mid-call)
 }
@@ -327,6 +366,9 @@ NcclCommunicator::NcclCommunicator(const std::string&, int, int, int, std::chron
 }
 NcclCommunicator::~NcclCommunicator() = default;
 void NcclCommunicator::broadcast(void*, std::size_t, DLDataType, int, const std::string&) {
+  unique_id_b64();
+}
+void NcclCommunicator::exchange(const std::vector<P2p>&, const std::string&) {
   unique_id_b64();
 }
 void NcclCommunicator::abort() {}

@@ -21,6 +21,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace wt::plugins {
 
@@ -47,8 +48,19 @@ class NcclCommunicator final : public Communicator {
   // `data` is CUDA memory on this communicator's device.
   void broadcast(void* data, std::size_t bytes, DLDataType dtype, int root,
                  const std::string& what) override;
+  // Point-to-point: sends and receives (CUDA memory on this communicator's device) as one NCCL
+  // group, then waits for all of them within the transfer deadline. Between two ranks, the n-th
+  // send of one meets the n-th receive of the other. A failure aborts the communicator (broken).
+  struct P2p {
+    bool send = false;
+    int peer = 0;
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  void exchange(const std::vector<P2p>& ops, const std::string& what);
   void abort() override;
   bool broken() const override;
+  bool peers_see_it_close() const override { return false; }
   // The stream every collective runs on (a CUstream): consumers of received bytes order after it.
   void* stream() const override;
 

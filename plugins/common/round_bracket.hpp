@@ -96,16 +96,17 @@ class RoundBracket {
         watch->armed = false;  // a late failure of a parked call aborts nothing
       }
       parked_.push_back(std::move(rpc));  // never joined here: it may be blocked for good
-      // The inference side is told the round is over, before the group goes (a worker inside a
-      // collective is told to end it, rather than left to find its peer gone: NCCL would not say).
-      // One that is there answers at once; one the round lost (a cut link, a stopped host) must
-      // not hold the report back for the control plane's deadline: after a second the group goes
-      // anyway, and the call goes on beside it, parked, interrupted when the engine goes.
+      // The group first (retire_broken: Gloo's closing pairs end the workers' waits at once; an
+      // NCCL group is aborted and kept until the engine goes, after the workers were told).
+      on_failure(round.started());
+      // The inference side is told the round is over. One that is there answers at once; one the
+      // round lost (a cut link, a stopped host) must not hold the report back for the control
+      // plane's deadline: the call goes on beside it, parked, and is interrupted when the engine
+      // goes.
       auto end = std::make_unique<AsyncRpc>(
           [this, reason = sdk::message_of(error)] { client_.end_weight_update(reason); });
       end->finished_within(std::chrono::seconds(1));
       parked_.push_back(std::move(end));
-      on_failure(round.started());
       std::rethrow_exception(error);
     }
     {

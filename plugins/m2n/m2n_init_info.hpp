@@ -3,7 +3,9 @@
 //                                every worker rank meet there)
 //   world_size                   1 + the worker ranks (vLLM's count: one trainer + the workers)
 //   rank                         this trainer rank (its rank in the trainer group)
-//   device                       "cpu" (host memory over Gloo pairs)
+//   device                       "cpu" (host memory over Gloo pairs; master_address/port needed)
+//                                or "cuda:N" (CUDA memory over NCCL send/recv; rank 0 mints the
+//                                NCCL unique id, no address needed)
 //   tensor_parallel              int, default 1: the worker ranks form replicas of this many TP
 //                                ranks (worker rank = replica * T + tp rank)
 //   tp_rules                     [{match: glob, dim: d}], default none: the first rule whose glob
@@ -68,11 +70,6 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
       }
     }
     r.finish();
-    if (info->device != "cpu")
-      sdk::fail_field("device", WT_ERR_UNSUPPORTED,
-                      "invalid {}: m2n moves host memory (device \"cpu\") in this version; CUDA "
-                      "memory over NCCL send/recv is not built yet",
-                      r.what());
     if (info->tensor_parallel < 1 || info->tensor_parallel > 1024)
       sdk::fail_field("tensor_parallel", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'tensor_parallel' must be in 1..1024", r.what());

@@ -1,12 +1,17 @@
 #include "m2n_trainer.hpp"
 
+#include "../common/device_bytes.hpp"
 #include "../common/gloo_mesh.hpp"
+#include "../common/nccl_communicator.hpp"
 #include "../common/round_bracket.hpp"
 #include "../common/session_secret.hpp"
 #include "../common/tcp_store.hpp"
 #include "box_copy.hpp"
+#include "device_box_copy.hpp"
 #include "m2n_holdings.hpp"
 #include "m2n_wire.hpp"
+#include "nccl_transfers.hpp"
+#include "pair_transfers.hpp"
 
 #include <wt/dtype.hpp>
 #include <wt/sdk/tensor_layout.hpp>
@@ -40,7 +45,8 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
       client_(context.client),
       source_(context.source),
       rank_(context.group.rank()),
-      ranks_(context.group.size()) {
+      ranks_(context.group.size()),
+      cuda_device_(info.cuda_device()) {
   if (!source_.valid()) fail(WT_ERR_INVALID_ARGUMENT, "the m2n backend requires a weight source");
   if (info.rendezvous.rank != rank_)
     fail(WT_ERR_INVALID_ARGUMENT,
@@ -71,7 +77,13 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   // Rank 0: the session's secret, and the store listening before anyone is told where to meet.
   std::unique_ptr<plugins::TcpStoreServer> store;
   nlohmann::json mine = {{"holdings", holdings_json(meta_)}};
-  if (rank_ == 0) {
+  // CUDA: the device is reached first (a machine without a driver or a GPU fails here, saying
+  // so, before any worker is told to meet this rank); then rank 0 mints the NCCL unique id every
+  // rank and worker creates the communicator from (NCCL's own bootstrap; no store, no mesh).
+  if (cuda_device_ >= 0) plugins::DeviceBytes(cuda_device_, 1);
+  if (rank_ == 0 && cuda_device_ >= 0)
+    mine["nccl_unique_id_b64"] = plugins::NcclCommunicator::unique_id_b64();
+  if (rank_ == 0 && cuda_device_ < 0) {
     const auto secret = plugins::SessionSecret::mint();
     store = std::make_unique<plugins::TcpStoreServer>(
         o.master_address, o.master_port, secret, plugins::TcpStoreServer::Limits::for_world(world),
@@ -80,13 +92,17 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   }
   // Every rank's holdings on every rank (the trainer group is the trainer's own processes).
   std::vector<std::vector<ParamMeta>> per_rank;
+  std::string unique_id;
   const auto gathered = context.group.all_gather(mine.dump());
   for (std::size_t k = 0; k < gathered.size(); ++k) {
     auto j = nlohmann::json::parse(gathered[k], nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("holdings"))
       fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} gathered no holdings", k);
     per_rank.push_back(holdings_from_json(j.at("holdings"), static_cast<int>(k)));
-    if (k == 0) o.session_secret = j.value("secret", "");
+    if (k == 0) {
+      o.session_secret = j.value("secret", "");
+      unique_id = j.value("nccl_unique_id_b64", "");
+    }
   }
   InferenceLayout inference;
   inference.tensor_parallel = static_cast<int>(info.tensor_parallel);
@@ -105,35 +121,48 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     pair_bytes_[static_cast<std::size_t>(t.peer)] += t.bytes;
   }
   messages_ = messages_of(sends_, static_cast<std::size_t>(workers));
-  std::shared_ptr<gloo::rendezvous::Context> mesh;
-  if (rank_ != 0) {
-    mesh = plugins::form_gloo_mesh(o, nullptr);
-  } else {
-    const nlohmann::json worker_info = {{"rank_offset", 1},
-                                        {"world_size", info.rendezvous.world_size},
-                                        {"master_address", o.master_address},
-                                        {"master_port", o.master_port},
-                                        {"session_secret", o.session_secret},
-                                        {"trainer_ranks", ranks_},
-                                        {"wire", kWire},
-                                        {"plan", plan_to_json(plan_)},
-                                        {"plan_digest", plan_digest(plan_)}};
-    // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
-    auto rpc = std::make_unique<plugins::AsyncRpc>(
+  // The workers join inside init_weight_transfer_engine, so rank 0 runs it beside its own join.
+  std::unique_ptr<plugins::AsyncRpc> rpc;
+  if (rank_ == 0) {
+    nlohmann::json worker_info = {{"rank_offset", 1},
+                                  {"world_size", info.rendezvous.world_size},
+                                  {"trainer_ranks", ranks_},
+                                  {"wire", kWire},
+                                  {"plan", plan_to_json(plan_)},
+                                  {"plan_digest", plan_digest(plan_)}};
+    if (cuda_device_ >= 0) {
+      worker_info["nccl_unique_id_b64"] = unique_id;
+    } else {
+      worker_info["master_address"] = o.master_address;
+      worker_info["master_port"] = o.master_port;
+      worker_info["session_secret"] = o.session_secret;
+    }
+    rpc = std::make_unique<plugins::AsyncRpc>(
         [c = client_, text = worker_info.dump()] { c.init_weight_transfer_engine(text); },
         &aborted_);
     // Workers that refused the init never come: stop waiting for them then.
     o.give_up = [r = rpc.get()] { return r->done() && r->error() != nullptr; };
-    try {
-      mesh = plugins::form_gloo_mesh(o, std::move(store));
-    } catch (const sdk::Error&) {
+  }
+  try {
+    if (cuda_device_ >= 0) {
+      if (unique_id.empty())
+        fail(WT_ERR_INVALID_ARGUMENT, "trainer rank 0 gathered no NCCL unique id");
+      auto comm = std::make_unique<plugins::NcclCommunicator>(unique_id, rank_, world, cuda_device_,
+                                                              o.rendezvous_timeout,
+                                                              o.transfer_timeout, &aborted_);
+      transfers_ = std::make_unique<NcclTransfers>(std::move(comm), o.transfer_timeout);
+    } else {
+      transfers_ = std::make_unique<PairTransfers>(
+          plugins::form_gloo_mesh(o, rank_ == 0 ? std::move(store) : nullptr), o.transfer_timeout);
+    }
+  } catch (const sdk::Error&) {
+    if (rpc) {
       if (rpc->done()) rpc->wait(aborted_);  // the inference side's refusal says more
       parked_.push_back(std::move(rpc));
-      throw;
     }
-    rpc->wait(aborted_);
+    throw;
   }
-  transfers_ = std::make_unique<PairTransfers>(std::move(mesh), o.transfer_timeout);
+  if (rpc) rpc->wait(aborted_);
   uint64_t bytes = 0;
   for (auto b : pair_bytes_) bytes += b;
   log_.debug(
@@ -179,15 +208,23 @@ void M2nTrainer::run_round(const sdk::SendArgs& args) {
     if (tensors.size() >= meta_.size())
       fail(WT_ERR_INVALID_ARGUMENT, "the weight source yields more than the {} tensors declared",
            meta_.size());
-    if (t.tensor.device.device_type != kDLCPU && t.tensor.device.device_type != kDLCUDAHost)
+    const DLDevice d = t.tensor.device;
+    if (cuda_device_ < 0 && d.device_type != kDLCPU && d.device_type != kDLCUDAHost)
       fail(WT_ERR_INVALID_ARGUMENT,
-           "tensor '{}' is not in host memory: m2n moves host memory in this version",
-           meta_[tensors.size()].name);
+           "tensor '{}' is not in host memory, but this m2n engine moves host memory (device "
+           "\"cpu\"); set the init info's device to \"cuda:{}\"",
+           meta_[tensors.size()].name, d.device_id);
+    if (cuda_device_ >= 0 && (d.device_type != kDLCUDA || d.device_id != cuda_device_))
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "tensor '{}' is not on cuda:{}, the device this m2n engine was made for",
+           meta_[tensors.size()].name, cuda_device_);
     tensors.push_back(t);
   }
   if (tensors.size() != meta_.size())
     fail(WT_ERR_INVALID_ARGUMENT, "the weight source yielded {} tensors, its metadata declares {}",
          tensors.size(), meta_.size());
+  // CUDA: the producer's kernels are done before NCCL reads (its stream, or the device).
+  if (cuda_device_ >= 0) plugins::wait_stream(cuda_device_, args.stream);
   const uint32_t round = round_++;
   if (rank_ != 0) {
     send_round(tensors, round);
@@ -220,11 +257,22 @@ void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t roun
   const auto workers = pair_bytes_.size();
   frames_.assign(workers, Frame{});
   auto& frames = frames_;
-  for (std::size_t w = 0; w < workers; ++w) {
+  for (std::size_t w = 0; w < workers; ++w)
     frames[w] = make_frame(round, pair_pieces_[w], pair_bytes_[w], pair_digests_[w]);
-    transfers_->post_send(ranks_ + static_cast<int>(w), slot(round, 0), frames[w].data(),
-                          kFrameBytes, fmt::format("the round's frame to worker rank {}", w));
+  const unsigned char* frame_bytes = frames.front().data();
+  void* const stream =
+      cuda_device_ >= 0 ? static_cast<NcclTransfers&>(*transfers_).stream() : nullptr;
+  if (cuda_device_ >= 0) {  // NCCL sends from CUDA memory
+    if (device_frames_.size() < workers * kFrameBytes)
+      device_frames_ = plugins::DeviceBytes(cuda_device_, workers * kFrameBytes);
+    plugins::copy_async(cuda_device_, device_frames_.data(), frames.data(), workers * kFrameBytes,
+                        stream);
+    frame_bytes = device_frames_.data();
   }
+  for (std::size_t w = 0; w < workers; ++w)
+    transfers_->post_send(ranks_ + static_cast<int>(w), slot(round, 0),
+                          frame_bytes + w * kFrameBytes, kFrameBytes,
+                          fmt::format("the round's frame to worker rank {}", w));
   // Where a piece's bytes are in this rank's source: its first byte, and how to walk it.
   struct Where {
     const unsigned char* base;
@@ -270,23 +318,30 @@ void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t roun
     // Packed: the oldest packed messages are waited for first while this one would pass the bound.
     while (!packed_.empty() && in_flight + msg.bytes > kInFlightBytes) {
       transfers_->wait_through(packed_.front().op);
-      in_flight -= packed_.front().bytes.size();
+      in_flight -= packed_.front().size();
       packed_.pop_front();
     }
     auto& buf = packed_.emplace_back();
-    buf.bytes.resize(msg.bytes);
+    unsigned char* into = nullptr;
+    if (cuda_device_ >= 0)
+      into = (buf.device = plugins::DeviceBytes(cuda_device_, msg.bytes)).data();
+    else
+      into = (buf.host.resize(msg.bytes), buf.host.data());
     std::size_t at = 0;
     for (std::size_t i : msg.transfers) {
       const Transfer& t = sends_[i];
       const Where w = where(t);
-      copy_box(buf.bytes.data() + at, compact_strides(w.extent), w.base, w.strides, w.extent,
-               element_size(meta_[t.param].dtype));
+      const std::size_t elem = element_size(meta_[t.param].dtype);
+      if (cuda_device_ >= 0)  // queued on the transfers' stream: done before the send reads
+        copy_box_async(cuda_device_, stream, into + at, compact_strides(w.extent), w.base,
+                       w.strides, w.extent, elem);
+      else
+        copy_box(into + at, compact_strides(w.extent), w.base, w.strides, w.extent, elem);
       at += t.bytes;
     }
     buf.op = transfers_->posted();
     in_flight += msg.bytes;
-    transfers_->post_send(ranks_ + msg.peer, slot(round, message), buf.bytes.data(), msg.bytes,
-                          what);
+    transfers_->post_send(ranks_ + msg.peer, slot(round, message), into, msg.bytes, what);
   }
 }
 

@@ -9,12 +9,13 @@
 #pragma once
 
 #include "../common/async_rpc.hpp"
+#include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
 #include "m2n_init_info.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
-#include "pair_transfers.hpp"
 #include "plan/m2n_plan.hpp"
+#include "transfers.hpp"
 
 #include <wt/sdk/host_log.hpp>
 #include <wt/sdk/plugin.hpp>
@@ -45,6 +46,7 @@ class M2nTrainer final : public sdk::TrainerBase {
   sdk::ClientRef client_;
   sdk::SourceRef source_;
   int rank_ = 0, ranks_ = 1;
+  int cuda_device_ = -1;         // -1: host memory over Gloo pairs; else CUDA memory over NCCL
   std::vector<ParamMeta> meta_;  // as declared at trainer_init: the plan's inputs
   std::vector<std::string> names_;
   Plan plan_;
@@ -58,10 +60,13 @@ class M2nTrainer final : public sdk::TrainerBase {
   // first, each with its place among the posted messages.
   struct Packed {
     std::size_t op = 0;
-    std::vector<unsigned char> bytes;
+    std::vector<unsigned char> host;
+    plugins::DeviceBytes device;  // CUDA
+    std::size_t size() const { return device.size() > 0 ? device.size() : host.size(); }
   };
   std::deque<Packed> packed_;
-  std::unique_ptr<PairTransfers> transfers_;  // after what it points at: destroyed first
+  plugins::DeviceBytes device_frames_;    // CUDA: the frames, where NCCL can send them from
+  std::unique_ptr<Transfers> transfers_;  // after what it points at: destroyed first
   plugins::DescribedParams update_text_;
   sdk::AbortSignal aborted_;
   // RPC threads of failed rounds (declared after the signal they wake: destroyed first).

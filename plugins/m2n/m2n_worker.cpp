@@ -1,9 +1,14 @@
 #include "m2n_worker.hpp"
 
+#include "../common/device_bytes.hpp"
 #include "../common/domains.hpp"
 #include "../common/gloo_mesh.hpp"
+#include "../common/nccl_communicator.hpp"
 #include "../common/session_secret.hpp"
 #include "box_copy.hpp"
+#include "device_box_copy.hpp"
+#include "nccl_transfers.hpp"
+#include "pair_transfers.hpp"
 
 #include <wt/dtype.hpp>
 #include <wt/sdk/tensor_layout.hpp>
@@ -19,20 +24,42 @@ using sdk::fail;
 
 M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info)
     : log_(context.host, "[m2n] ") {
-  if (context.device.device_type != kDLCPU)
-    fail(WT_ERR_UNSUPPORTED,
-         "this m2n worker moves host memory; CUDA memory over NCCL send/recv is not built yet");
+  if (context.device.device_type != kDLCPU && context.device.device_type != kDLCUDA)
+    fail(WT_ERR_UNSUPPORTED, "this m2n worker moves host or CUDA memory, not device type {}",
+         static_cast<int>(context.device.device_type));
   const std::string what = "init_info for backend 'm2n' (worker)";
   sdk::FieldReader r(init_info, what);
   plugins::CommunicatorOptions o;
-  o.master_address = r.get_string("master_address");
-  const int64_t port = r.get_int("master_port");
-  if (port < 1 || port > 65535)
-    sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
-                    "invalid {}: field 'master_port' must be in 1..65535, got {}", what, port);
-  o.master_port = static_cast<int>(port);
-  o.session_secret =
-      plugins::SessionSecret::from_hex(r.get_string("session_secret"), "session_secret").hex();
+  // Host memory: the rendezvous store and the session secret (Gloo pairs); CUDA memory: the NCCL
+  // unique id trainer rank 0 minted.
+  std::string unique_id;
+  if (r.has("nccl_unique_id_b64")) {
+    unique_id = r.get_string("nccl_unique_id_b64");
+    plugins::NcclCommunicator::decode_unique_id(unique_id, "nccl_unique_id_b64");
+  } else {
+    o.master_address = r.get_string("master_address");
+    const int64_t port = r.get_int("master_port");
+    if (port < 1 || port > 65535)
+      sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'master_port' must be in 1..65535, got {}", what, port);
+    o.master_port = static_cast<int>(port);
+    o.session_secret =
+        plugins::SessionSecret::from_hex(r.get_string("session_secret"), "session_secret").hex();
+  }
+  const bool cuda = context.device.device_type == kDLCUDA;
+  if (cuda && unique_id.empty())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: this worker keeps weights on cuda:{}, but the trainer moves host memory (no "
+         "nccl_unique_id_b64): set the trainer init info's device to \"cuda:N\", or run the "
+         "receiver on the CPU",
+         what, context.device.device_id);
+  if (!cuda && !unique_id.empty())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: this worker keeps weights in host memory, but the trainer moves CUDA memory "
+         "(it sent an NCCL unique id): run the receiver on a CUDA device",
+         what);
+  device_ = cuda ? context.device.device_id : -1;
+  stream_ = context.stream;
   const int64_t rank_offset = r.get_int("rank_offset");
   const int64_t world_size = r.get_int("world_size");
   const int64_t trainers = r.get_int("trainer_ranks");
@@ -80,8 +107,14 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
   o.rank = trainers_ + worker_rank_;
   o.world_size = trainers_ + static_cast<int>(world_size - 1);
   o.warn = [log = log_](const std::string& m) { log.warn("{}", m); };
-  transfers_ =
-      std::make_unique<PairTransfers>(plugins::form_gloo_mesh(o, nullptr), o.transfer_timeout);
+  if (cuda)
+    transfers_ = std::make_unique<NcclTransfers>(
+        std::make_unique<plugins::NcclCommunicator>(unique_id, o.rank, o.world_size, device_,
+                                                    o.rendezvous_timeout, o.transfer_timeout),
+        o.transfer_timeout);
+  else
+    transfers_ =
+        std::make_unique<PairTransfers>(plugins::form_gloo_mesh(o, nullptr), o.transfer_timeout);
   log_.debug("worker rank {} (tp rank {}) ready: {} parameter(s) planned from {} trainer rank(s)",
              worker_rank_, worker_rank_ % plan_.inference.tensor_parallel, index_->size(),
              trainers_);
@@ -186,10 +219,22 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
   const uint32_t round = round_++;
   // The frames: every trainer rank in step and sending what the plan says, or nothing is taken.
   std::vector<Frame> frames(trainers);
+  unsigned char* frame_bytes = frames.front().data();
+  if (device_ >= 0) {  // NCCL receives into CUDA memory
+    if (device_frames_.size() < trainers * kFrameBytes)
+      device_frames_ = plugins::DeviceBytes(device_, trainers * kFrameBytes);
+    frame_bytes = device_frames_.data();
+  }
   for (std::size_t k = 0; k < trainers; ++k)
-    transfers_->post_recv(static_cast<int>(k), slot(round, 0), frames[k].data(), kFrameBytes,
-                          fmt::format("the round's frame from trainer rank {}", k));
+    transfers_->post_recv(static_cast<int>(k), slot(round, 0), frame_bytes + k * kFrameBytes,
+                          kFrameBytes, fmt::format("the round's frame from trainer rank {}", k));
   transfers_->wait_all();
+  if (device_ >= 0) {
+    void* stream = static_cast<NcclTransfers&>(*transfers_).stream();
+    plugins::copy_async(device_, frames.data(), device_frames_.data(), trainers * kFrameBytes,
+                        stream);
+    plugins::wait_stream(device_, stream);
+  }
   const auto digests = pair_digests(receives, names, trainers);
   for (std::size_t k = 0; k < trainers; ++k) {
     const Frame want = make_frame(round, pieces[k], bytes[k], digests[k]);
@@ -230,6 +275,9 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
   std::vector<unsigned char*> place(params.size(), nullptr);
   std::vector<bool> offered(params.size(), false);
   std::vector<std::vector<unsigned char>> own(params.size());
+  std::vector<plugins::DeviceBytes> own_device(device_ >= 0 ? params.size() : 0);  // CUDA
+  void* const stream = device_ >= 0 ? static_cast<NcclTransfers&>(*transfers_).stream() : nullptr;
+  const DLDevice here = device_ >= 0 ? DLDevice{kDLCUDA, device_} : DLDevice{kDLCPU, 0};
   for (std::size_t i = 0; i < params.size(); ++i) {
     const GroupPlan& g = plan_.groups[index_->find(params[i].name)->group];
     needed[i] = needed_box(g.shape, g.tp_dim, tp, worker_rank_ % tp);
@@ -241,9 +289,12 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
     }
     ParamMeta local{params[i].name, params[i].dtype, shapes[i]};
     auto dst = loader.destination(local);
-    if (dst && dst->device.device_type == kDLCPU && is_compact(*dst)) {
+    if (dst && dst->device.device_type == here.device_type &&
+        dst->device.device_id == here.device_id && is_compact(*dst)) {
       place[i] = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
       offered[i] = true;
+    } else if (device_ >= 0) {
+      place[i] = (own_device[i] = plugins::DeviceBytes(device_, n)).data();
     } else {
       own[i].resize(n);
       place[i] = own[i].data();
@@ -263,10 +314,14 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
   struct Buffered {
     std::size_t op = 0;
     const Message* msg = nullptr;
-    std::vector<unsigned char> bytes;
+    std::vector<unsigned char> host;
+    plugins::DeviceBytes device;  // CUDA
+    unsigned char* data() { return device_bytes() ? device.data() : host.data(); }
+    bool device_bytes() const { return device.size() > 0; }
+    std::size_t size() const { return device_bytes() ? device.size() : host.size(); }
   };
   std::deque<Buffered> buffered;
-  auto unpack = [&](const Buffered& b) {
+  auto unpack = [&](Buffered& b) {
     std::size_t at = 0;
     std::vector<int64_t> lo, hi, extent;
     for (std::size_t i : b.msg->transfers) {
@@ -276,8 +331,12 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
       for (std::size_t d = 0; d < lo.size(); ++d) extent[d] = hi[d] - lo[d];
       const std::size_t elem = element_size(params[t.param].dtype);
       const auto strides = compact_strides(shapes[t.param]);
-      copy_box(place[t.param] + static_cast<std::size_t>(box_offset(strides, lo)) * elem, strides,
-               b.bytes.data() + at, compact_strides(extent), extent, elem);
+      unsigned char* to = place[t.param] + static_cast<std::size_t>(box_offset(strides, lo)) * elem;
+      if (device_ >= 0)  // queued after the receive on the same stream
+        copy_box_async(device_, stream, to, strides, b.data() + at, compact_strides(extent), extent,
+                       elem);
+      else
+        copy_box(to, strides, b.data() + at, compact_strides(extent), extent, elem);
       at += t.bytes;
     }
   };
@@ -309,22 +368,28 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
       while (!buffered.empty() && in_flight + msg.bytes > kInFlightBytes) {
         transfers_->wait_through(buffered.front().op);
         unpack(buffered.front());
-        in_flight -= buffered.front().bytes.size();
+        // CUDA: the unpacking copies read the buffer before it is freed.
+        if (device_ >= 0) plugins::wait_stream(device_, stream);
+        in_flight -= buffered.front().size();
         buffered.pop_front();
       }
       Buffered& b = buffered.emplace_back();
       b.msg = &msg;
-      b.bytes.resize(msg.bytes);
+      if (device_ >= 0)
+        b.device = plugins::DeviceBytes(device_, msg.bytes);
+      else
+        b.host.resize(msg.bytes);
       b.op = transfers_->posted();
       in_flight += msg.bytes;
-      transfers_->post_recv(msg.peer, slot(round, message), b.bytes.data(), msg.bytes, what);
+      transfers_->post_recv(msg.peer, slot(round, message), b.data(), msg.bytes, what);
     }
     transfers_->wait_all();
   } catch (...) {
     transfers_->discard();  // before the buffers they point at go
     throw;
   }
-  for (const Buffered& b : buffered) unpack(b);
+  for (Buffered& b : buffered) unpack(b);
+  if (device_ >= 0) plugins::wait_stream(device_, stream);  // every byte in place
   std::vector<wt_tensor> views;
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (offered[i]) {
@@ -333,16 +398,14 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
     }
     wt_tensor t{};
     t.name = params[i].name.c_str();
-    t.tensor = DLTensor{place[i],
-                        DLDevice{kDLCPU, 0},
-                        static_cast<int32_t>(shapes[i].size()),
-                        params[i].dtype,
-                        shapes[i].data(),
-                        nullptr,
-                        0};
+    t.tensor = DLTensor{
+        place[i], here, static_cast<int32_t>(shapes[i].size()), params[i].dtype, shapes[i].data(),
+        nullptr,  0};
     views.push_back(t);
   }
   if (!views.empty()) loader.load(views);
+  // CUDA: the consumer's copies out of our buffers are done before they go (the model's stream).
+  if (device_ >= 0 && !views.empty()) plugins::wait_stream(device_, stream_);
 }
 
 }  // namespace wt::m2n

@@ -7,11 +7,12 @@
 // is unpacked into place. Every parameter is handed over before receive returns.
 #pragma once
 
+#include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
-#include "pair_transfers.hpp"
 #include "plan/m2n_plan.hpp"
+#include "transfers.hpp"
 
 #include <wt/sdk/host_log.hpp>
 #include <wt/sdk/plugin.hpp>
@@ -55,7 +56,10 @@ class M2nWorker final : public sdk::WorkerBase {
   bool active_ = false;
   std::string last_update_text_;
   plugins::ParamList last_list_;
-  std::unique_ptr<PairTransfers> transfers_;
+  int device_ = -1;         // -1: host memory over Gloo pairs; else the CUDA device (NCCL)
+  void* stream_ = nullptr;  // CUDA: the model's stream, which the consumer's copies run on
+  plugins::DeviceBytes device_frames_;  // CUDA: where the frames are received
+  std::unique_ptr<Transfers> transfers_;
 };
 
 }  // namespace wt::m2n

@@ -100,7 +100,7 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
         // Once a collective began, the peers' collectives no longer line up: the group is done.
         if (collective_started) {
           std::lock_guard<std::mutex> l(group_mu_);
-          group_.reset();
+          plugins::retire_broken(group_, retired_);
         }
       },
       args.weight_version);

@@ -50,11 +50,12 @@ class NcclTrainer final : public sdk::TrainerBase {
   bool sender_;
   std::mutex group_mu_;  // group_ is reset on the sending thread and aborted from any
   std::unique_ptr<plugins::Communicator> group_;
-  sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
+  std::unique_ptr<plugins::Communicator> retired_;  // a broken NCCL group (retire_broken)
+  sdk::AbortSignal aborted_;                        // abort() from any thread wakes every wait
   // RPC threads of failed rounds: never joined on the error path (a worker may still be blocked
   // in the matching collective); joined when the engine goes, bounded by the client's deadline.
-  // Declared after group_, so destroyed first: teardown tells the workers (a parked
-  // end_weight_update answers) before the communicator is finalized or aborted.
+  // Declared after group_ and retired_, so destroyed first: teardown tells the workers (a parked
+  // end_weight_update answers) before a communicator is finalized or aborted.
   std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;
   std::vector<std::vector<unsigned char>> host_buffers_;  // packed chunks in rotation, reused
   std::vector<plugins::DeviceBytes> device_buffers_;

@@ -107,7 +107,7 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
       [&](bool collective_started) {
         if (collective_started) {
           std::lock_guard<std::mutex> l(group_mu_);
-          group_.reset();
+          plugins::retire_broken(group_, retired_);
         }
       },
       args.weight_version);

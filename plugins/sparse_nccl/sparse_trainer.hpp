@@ -9,8 +9,8 @@
 #pragma once
 
 #include "../common/async_rpc.hpp"
-#include "../common/round_bracket.hpp"
 #include "../common/communicator.hpp"
+#include "../common/round_bracket.hpp"
 #include "packed_round.hpp"
 #include "sparse_init_info.hpp"
 
@@ -41,7 +41,8 @@ class SparseTrainer final : public sdk::TrainerBase {
   bool sender_;
   std::mutex group_mu_;
   std::unique_ptr<plugins::Communicator> group_;
-  sdk::AbortSignal aborted_;  // abort() from any thread wakes every wait
+  std::unique_ptr<plugins::Communicator> retired_;  // a broken NCCL group (retire_broken)
+  sdk::AbortSignal aborted_;                        // abort() from any thread wakes every wait
   std::vector<std::unique_ptr<plugins::AsyncRpc>> parked_;
   bool pack_host_rounds_;
   PackedRound packed_;  // a host round, packed and checked (patch_rules.hpp)
