@@ -100,9 +100,9 @@ struct Checkpoint {
   std::size_t tensors = 0;
 };
 
-// Step 1: the config's init info against the receivers' world sizes (asked of a given URL, an
-// embedded wt serve has one worker), then the checkpoint, generated if need be and validated.
-Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
+// The receivers' layout against the addresses and the backend (the backend's plugin directories
+// are registered already).
+void check_receivers(const LaunchConfig& cfg) {
   check_rendezvous_reaches_receivers(cfg, cfg.receiver_urls);
   if (cfg.receiver_tensor_parallel_size > 1 &&
       (Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE))
@@ -111,6 +111,18 @@ Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
                             "its receivers start from the whole checkpoint, which a rank holding "
                             "a slice cannot load",
                             cfg.file, cfg.backend));
+  if (cfg.receiver_tensor_parallel_size > 1 && cfg.receiver_device != "cpu")
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: receiver.tensor_parallel_size > 1 with receiver.device {}: the "
+                            "worker ranks of one embedded receiver share its device, and NCCL "
+                            "takes one GPU per rank; use tensor_parallel_size 1 per GPU",
+                            cfg.file, cfg.receiver_device));
+}
+
+// Step 1: the config's init info against the receivers' world sizes (asked of a given URL, an
+// embedded wt serve has one worker), then the checkpoint, generated if need be and validated.
+Checkpoint check_config(const LaunchConfig& cfg, bool quiet) {
+  check_receivers(cfg);
   std::vector<int> world_sizes(cfg.embedded_receiver ? cfg.receiver_count : 0,
                                cfg.receiver_tensor_parallel_size);
   if (!cfg.embedded_receiver && world_size_from_receivers(cfg))
@@ -496,6 +508,7 @@ int run_rank_from_env(const LaunchConfig& cfg) {
 // cluster launcher, also where this process sits in the job, and whether that agrees with the
 // config.
 int print_dry_run(const LaunchConfig& cfg) {
+  for (const auto& d : cfg.plugin_dirs) Registry::instance().add_directory(d);
   fmt::print("config: {}\n", cfg.file);
   fmt::print("backend: {}\n", cfg.backend);
   for (const char* key : {"master_address", "master_port", "world_size", "device", "packed"})
@@ -520,14 +533,7 @@ int print_dry_run(const LaunchConfig& cfg) {
   else
     for (const auto& url : cfg.receiver_urls) fmt::print("receiver: {}\n", url);
   fmt::print("rounds: {}{}\n", cfg.rounds, cfg.verify ? ", each verified" : "");
-  check_rendezvous_reaches_receivers(cfg, cfg.receiver_urls);
-  if (cfg.receiver_tensor_parallel_size > 1 &&
-      (Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE))
-    throw Error(WT_ERR_INVALID_ARGUMENT,
-                fmt::format("{}: receiver.tensor_parallel_size > 1 with the delta backend '{}': "
-                            "its receivers start from the whole checkpoint, which a rank holding "
-                            "a slice cannot load",
-                            cfg.file, cfg.backend));
+  check_receivers(cfg);
   const Getenv getenv = [](const char* n) { return std::getenv(n); };
   if (!place_from_env(getenv)) {
     fmt::print(

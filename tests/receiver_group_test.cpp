@@ -138,6 +138,71 @@ TEST(ReceiverGroup, ARoundCommitsOnEveryRankOrOnNone) {
   EXPECT_EQ(g->rank(0).rounds_finished(), 1u);
 }
 
+TEST(ReceiverGroup, OneRanksInitRefusalIsTheAnswerAtOnceAndStartIsRefusedUntilAnInitSucceeds) {
+  auto g = group_of(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    // Rank 1 refuses; rank 0 would wait 3 s in its rendezvous.
+    g->init_weight_transfer_engine(
+        {{"rank_offset", 1}, {"fail_rank_offset", 2}, {"init_wait_ms", 3000}});
+    FAIL() << "the init succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("tensor-parallel rank 1 of 2: "));
+    EXPECT_THAT(e.what(), HasSubstr("init refused at rank_offset 2"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
+      << "answered at the first refusal, not when every rank's rendezvous ended";
+  try {
+    g->start_weight_update();
+    FAIL() << "a start was taken after a failed init";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_STATE);
+    EXPECT_THAT(e.what(), HasSubstr("init refused at rank_offset 2"));
+  }
+  commit_first_round(*g);  // a new init (after the old one's ranks are done) makes it usable
+  EXPECT_EQ(floats_of(g->rank(1), "w"), (std::vector<float>{3, 4}));
+}
+
+TEST(ReceiverGroup, AFinishFailingOnRankZeroCommitsOnNoRank) {
+  auto g = group_of(2);
+  commit_first_round(*g);
+  g->start_weight_update();
+  g->update_weights(
+      json::array({{{"inline", {{{"name", "w"}, {"values", {8, 8}}}}}, {"fail_finish", true}},
+                   inline_tensor("w", {7, 7})}));
+  EXPECT_THROW(g->finish_weight_update("2"), Error);
+  EXPECT_FALSE(g->rank(1).session_active());
+  EXPECT_EQ(floats_of(g->rank(0), "w"), (std::vector<float>{1, 2}));
+  EXPECT_EQ(floats_of(g->rank(1), "w"), (std::vector<float>{3, 4})) << "rank 1 finished alone";
+}
+
+TEST(ReceiverGroup, EndingWithNoCallInFlightEndsEveryRanksSession) {
+  auto g = group_of(3);
+  g->init_weight_transfer_engine({{"rank_offset", 1}});
+  g->start_weight_update();
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(g->rank(k).session_active());
+  g->end_weight_update("the trainer gave up");
+  for (int k = 0; k < 3; ++k) EXPECT_FALSE(g->rank(k).session_active()) << "rank " << k;
+  g->start_weight_update();  // accepted again on every rank
+  g->update_weights(inline_tensor("w", {1}));
+  g->finish_weight_update("1");
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(floats_of(g->rank(k), "w"), std::vector<float>{1});
+}
+
+TEST(ReceiverGroup, SeveralRanksOnAGpuAreRefused) {
+  Receiver::Options o;
+  o.backend = "testgood";
+  o.device = {kDLCUDA, 0};
+  try {
+    ReceiverGroup g(o, 2);
+    FAIL() << "two ranks on one GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_UNSUPPORTED);
+    EXPECT_THAT(e.what(), HasSubstr("one GPU per rank"));
+  }
+}
+
 TEST(ReceiverGroup, EndingAnUpdateReachesEveryRankEvenWhileOneIsBlocked) {
   auto g = group_of(2);
   commit_first_round(*g);
@@ -145,7 +210,8 @@ TEST(ReceiverGroup, EndingAnUpdateReachesEveryRankEvenWhileOneIsBlocked) {
   std::atomic<wt_status> code{WT_OK};
   std::thread update([&] {
     try {
-      g->update_weights({{"block_until_abort", true}});
+      // Only rank 1 blocks: the end must reach it, not only rank 0.
+      g->update_weights(json::array({inline_tensor("w", {5, 5}), {{"block_until_abort", true}}}));
     } catch (const Error& e) {
       code = e.code();
     }

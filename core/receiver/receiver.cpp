@@ -604,20 +604,23 @@ void Receiver::commit_locked(const std::optional<std::string>& weight_version) {
   }
 }
 
-void Receiver::end_weight_update(const std::string& reason) {
-  if (active_) {
-    std::shared_ptr<WorkerEngine> engine;
-    {
-      std::lock_guard<std::mutex> e(engine_mu_);
-      engine = engine_;
-    }
-    if (engine) {
-      try {
-        engine->abort();  // safe from any thread (ABI): a receive in progress returns ABORTED
-      } catch (...) {
-      }
+void Receiver::abort_update() noexcept {
+  if (!active_) return;
+  std::shared_ptr<WorkerEngine> engine;
+  {
+    std::lock_guard<std::mutex> e(engine_mu_);
+    engine = engine_;
+  }
+  if (engine) {
+    try {
+      engine->abort();  // safe from any thread (ABI): a receive in progress returns ABORTED
+    } catch (...) {
     }
   }
+}
+
+void Receiver::end_weight_update(const std::string& reason) {
+  abort_update();
   std::lock_guard<std::mutex> l(session_mu_);
   if (!active_) return;
   active_ = false;

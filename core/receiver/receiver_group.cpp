@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <exception>
 #include <thread>
 
@@ -32,6 +33,12 @@ ReceiverGroup::ReceiverGroup(const Receiver::Options& options, int ranks) {
   if (ranks < 1 || ranks > kMaxRanks)
     throw Error(WT_ERR_INVALID_ARGUMENT,
                 fmt::format("a receiver group has 1..{} worker ranks, not {}", kMaxRanks, ranks));
+  if (ranks > 1 && options.device.device_type != kDLCPU)
+    throw Error(WT_ERR_UNSUPPORTED,
+                fmt::format("a receiver of {} worker ranks keeps them in host memory: on a GPU "
+                            "each rank would need its own device (NCCL takes one GPU per rank) "
+                            "and its own staging; run one receiver per GPU",
+                            ranks));
   Receiver::Options per_rank = options;
   const unsigned threads = options.load_threads > 0 ? options.load_threads : default_copy_threads();
   per_rank.load_threads = std::max(1u, threads / static_cast<unsigned>(ranks));
@@ -44,7 +51,28 @@ ReceiverGroup::ReceiverGroup(const Receiver::Options& options, int ranks) {
 
 ReceiverGroup::ReceiverGroup(Receiver& one) : ranks_{&one} {}
 
-ReceiverGroup::~ReceiverGroup() = default;
+ReceiverGroup::~ReceiverGroup() {
+  join_inits();
+}
+
+void ReceiverGroup::join_inits() {
+  for (auto& t : init_threads_)
+    if (t.joinable()) t.join();
+  init_threads_.clear();
+}
+
+void ReceiverGroup::end_others(int failed, const std::string& reason) noexcept {
+  // Every other rank's engine is aborted first, then each session is ended: the waits overlap.
+  for (int j = 0; j < world_size(); ++j)
+    if (j != failed) ranks_[static_cast<std::size_t>(j)]->abort_update();
+  for (int j = 0; j < world_size(); ++j) {
+    if (j == failed) continue;
+    try {
+      ranks_[static_cast<std::size_t>(j)]->end_weight_update(reason);
+    } catch (...) {  // ending is best effort: the failure being reported stands
+    }
+  }
+}
 
 std::string ReceiverGroup::who(int k) const {
   return ranks_.size() == 1 ? std::string()
@@ -75,16 +103,18 @@ void ReceiverGroup::on_every_rank(F&& f, bool abort_others_on_failure) {
       }
       // The first failure ends the other ranks' calls, which would otherwise wait for bytes that
       // will not come; their errors (aborted) are not the cause and are not reported.
-      if (mine && abort_others_on_failure)
-        for (int j = 0; j < world_size(); ++j)
-          if (j != k)
-            ranks_[static_cast<std::size_t>(j)]->end_weight_update(
-                who(k) + "failed; the group's round ends");
+      if (mine && abort_others_on_failure) end_others(k, who(k) + "failed; the group's round ends");
     }
   };
   std::vector<std::thread> threads;
   threads.reserve(ranks_.size() - 1);
-  for (int k = 1; k < world_size(); ++k) threads.emplace_back(run, k);
+  try {
+    for (int k = 1; k < world_size(); ++k) threads.emplace_back(run, k);
+  } catch (...) {  // no thread for the rest: the started ones are ended and joined
+    end_others(-1, "the receiver could not start a thread per worker rank");
+    for (auto& t : threads) t.join();
+    throw;
+  }
   run(0);
   for (auto& t : threads) t.join();
   if (first) rethrow_prefixed(first, who(first_rank));
@@ -114,17 +144,63 @@ void ReceiverGroup::init_weight_transfer_engine(nlohmann::json init_info) {
       infos[k]["rank_offset"] = offset + static_cast<int64_t>(k);
   }
   init_info = nullptr;
-  try {
-    // Every rank takes part in the backend's rendezvous at once; a rank that fails leaves the
-    // others to their rendezvous deadline (the trainer, told of the failure, stops it sooner).
-    on_every_rank(
-        [&](int k) {
-          ranks_[static_cast<std::size_t>(k)]->init_weight_transfer_engine(
-              std::move(infos[static_cast<std::size_t>(k)]));
-        },
-        false);
+  // Every rank takes part in the backend's rendezvous at once, each on its own thread. The first
+  // refusal is the answer, at once: the trainer, told, stops its rendezvous, and the ranks still
+  // waiting in it fail soon after; they are joined before the next init (or at destruction), and
+  // until one succeeds, start is refused.
+  join_inits();
+  struct Run {
+    std::mutex mu;
+    std::condition_variable cv;
+    int left = 0;
+    std::exception_ptr first;
+    int first_rank = -1;
+  };
+  auto run = std::make_shared<Run>();
+  run->left = world_size();
+  init_failed_ = "an init is in progress";
+  for (int k = 0; k < world_size(); ++k) {
+    auto work = [this, run, k, info = std::move(infos[static_cast<std::size_t>(k)])]() mutable {
+      std::exception_ptr error;
+      try {
+        ranks_[static_cast<std::size_t>(k)]->init_weight_transfer_engine(std::move(info));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> l(run->mu);
+      if (error && !run->first) {
+        run->first = error;
+        run->first_rank = k;
+      }
+      --run->left;
+      run->cv.notify_all();
+    };
+    try {
+      init_threads_.emplace_back(std::move(work));
+    } catch (...) {
+      std::lock_guard<std::mutex> l(run->mu);
+      run->left -= world_size() - k;  // never started
+      if (!run->first) {
+        run->first = std::current_exception();
+        run->first_rank = k;
+      }
+      break;
+    }
+  }
+  std::unique_lock<std::mutex> done(run->mu);
+  run->cv.wait(done, [&] { return run->left == 0 || run->first != nullptr; });
+  if (!run->first) {
+    done.unlock();
+    join_inits();
     init_failed_.reset();
-  } catch (const Error& e) {
+    return;
+  }
+  const std::exception_ptr first = run->first;
+  const int rank = run->first_rank;
+  done.unlock();
+  try {
+    rethrow_prefixed(first, who(rank));
+  } catch (const std::exception& e) {
     init_failed_ = e.what();
     throw;
   }
@@ -141,8 +217,7 @@ void ReceiverGroup::start_weight_update() {
     try {
       ranks_[static_cast<std::size_t>(k)]->start_weight_update();
     } catch (const Error& e) {
-      for (int j = 0; j < k; ++j)  // the ranks already started: the group's round did not
-        ranks_[static_cast<std::size_t>(j)]->end_weight_update(who(k) + "could not start");
+      end_others(k, who(k) + "could not start");  // the ranks already started: the round did not
       throw Error(e.code(), who(k) + e.what());
     }
   }
@@ -156,24 +231,29 @@ void ReceiverGroup::update_weights(nlohmann::json update_info) {
   }
   if (!session_active())
     throw Error(WT_ERR_STATE, "start_weight_update must be called before update_weights.");
-  std::vector<nlohmann::json> per_rank;
+  // Each rank's payload as text, made once: an object is shared by every rank (each engine parses
+  // it itself), a list gives rank k element k.
+  std::vector<std::string> per_rank;
   if (update_info.is_array()) {
     if (update_info.size() != ranks_.size()) {
-      end_weight_update("a refused update");  // vLLM's rule: a failed update ends the session
+      end_others(-1, "");  // vLLM's rule: a failed update ends the session
       throw Error(WT_ERR_INVALID_ARGUMENT,
                   fmt::format("update_info is a list of {} per-worker payloads, but this receiver "
                               "has {} worker ranks",
                               update_info.size(), ranks_.size()));
     }
-    for (auto& one : update_info) per_rank.push_back(std::move(one));
+    for (auto& one : update_info) {
+      per_rank.push_back(one.dump());
+      one = nullptr;
+    }
   } else {
-    per_rank.assign(ranks_.size(), update_info);
+    per_rank.push_back(update_info.dump());
   }
   update_info = nullptr;
   on_every_rank(
       [&](int k) {
-        ranks_[static_cast<std::size_t>(k)]->update_weights(
-            std::move(per_rank[static_cast<std::size_t>(k)]));
+        ranks_[static_cast<std::size_t>(k)]->update_weights_text(
+            per_rank[per_rank.size() == 1 ? 0 : static_cast<std::size_t>(k)]);
       },
       true);
 }
@@ -202,7 +282,9 @@ void ReceiverGroup::finish_weight_update(const std::optional<std::string>& weigh
 }
 
 void ReceiverGroup::end_weight_update(const std::string& reason) {
-  // Not under mu_: it must end an update that holds it (each rank aborts its engine first).
+  // Not under mu_: it must end an update that holds it. Every rank's engine is aborted before any
+  // session is waited for.
+  for (Receiver* r : ranks_) r->abort_update();
   for (Receiver* r : ranks_) r->end_weight_update(reason);
 }
 
@@ -223,7 +305,7 @@ unsigned ReceiverGroup::load_threads() const {
 }
 
 void ReceiverGroup::set_weight_version(const std::string& version) {
-  std::lock_guard<std::mutex> l(mu_);
+  // Each rank's version under its own reader lock only: never behind a transfer or an init.
   for (Receiver* r : ranks_) r->set_weight_version(version);
 }
 

@@ -236,6 +236,13 @@ wt_status worker_create(const wt_worker_create_args* args, wt_worker** out, char
     auto j = wt::sdk::parse_json_text(args->init_info_json, "init_info");
     if (j.is_object() && j.contains("rank_offset") && j["rank_offset"].is_number_integer())
       w->rank_offset = j["rank_offset"].get<int64_t>();
+    // A group's rank refusing init (fail_rank_offset), the others waiting as in a rendezvous.
+    if (j.is_object() && j.contains("fail_rank_offset")) {
+      if (j["fail_rank_offset"] == w->rank_offset)
+        throw wt::sdk::Error(WT_ERR_INVALID_ARGUMENT,
+                             "init refused at rank_offset " + std::to_string(w->rank_offset));
+      std::this_thread::sleep_for(std::chrono::milliseconds(j.value("init_wait_ms", 0)));
+    }
   });
   if (st == WT_OK) *out = w.release();
   return st;

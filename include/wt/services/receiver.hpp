@@ -141,6 +141,9 @@ class Receiver {
   void finish_engine();
   void commit_finished(const std::optional<std::string>& weight_version);
   void drop_finished();
+  // end_weight_update's first half: aborts the engine of an active update, without waiting for
+  // the call it interrupts (a group aborts all its ranks before it waits for any).
+  void abort_update() noexcept;
   void finish_engine_locked();                                           // session_mu_ held
   void commit_locked(const std::optional<std::string>& weight_version);  // session_mu_ held
   class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches

@@ -12,7 +12,12 @@
 //     that rank's, named ("tensor-parallel rank 1 of 2: ...").
 //   - finish: every rank's engine finishes first; only when all did is any round committed, so a
 //     failed round changes no rank's weights (all ranks or none).
-// The weight version is the group's (every rank's is set together).
+//   - start and finish reach the ranks one after another: a backend whose start or finish waits
+//     for its other worker ranks (a collective) would wait for ever here; the built-in ones
+//     do not.
+// The weight version is the group's (every rank's is set together). Readers may see the ranks of
+// a round being committed one after the other (rank 0 first).
+// The ranks share the host's memory and device: a group of several ranks is refused on a GPU.
 #pragma once
 
 #include <wt/requires_cxx20.hpp>
@@ -26,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace wt {
@@ -71,10 +77,15 @@ class ReceiverGroup {
   template <class F>
   void on_every_rank(F&& f, bool abort_others_on_failure);
   std::string who(int k) const;  // "" with one rank, else "tensor-parallel rank k of T: "
+  // Ends every rank's update but `failed`'s (-1: all): their engines aborted first, then each
+  // session ended. Never throws.
+  void end_others(int failed, const std::string& reason) noexcept;
+  void join_inits();  // the threads of an earlier init that answered at its first refusal
 
   std::vector<std::unique_ptr<Receiver>> owned_;
   std::vector<Receiver*> ranks_;
   std::mutex mu_;  // serialises the control calls of the group
+  std::vector<std::thread> init_threads_;
   // The last init failed on some rank (its message): start is refused until an init succeeds.
   std::optional<std::string> init_failed_;
 };
