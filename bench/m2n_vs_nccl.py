@@ -66,7 +66,7 @@ def main():
     # The first round also pays for first touches of fresh memory: the median of the rest.
     med = {k: statistics.median(r["seconds"] for r in rep["rounds"][1:])
            for k, rep in (("m2n", m2n), ("nccl", nccl))}
-    sent = [int(b) for b in re.findall(r"ready: \d+ piece\(s\), (\d+) bytes per round", m2n_log)]
+    sent = [int(b) for b in re.findall(r"ready: \d+ piece\(s\)(?: in \d+ message\(s\))?, (\d+) bytes per round", m2n_log)]
     busiest_m2n = max(sent) if sent else float("nan")
     busiest_nccl = 2 * model  # rank 0 sends the model to each of the 2 receivers
     print(f"model: {a.model}, {model / 1e9:.2f} GB; 2 trainer ranks -> 2 receivers; "
