@@ -99,21 +99,56 @@ TEST(M2nMessages, BothEndsOfEveryPairCarryTheSamePiecesInTheSameMessages) {
   EXPECT_LT(all_messages, all_pieces / 4) << all_messages << " messages for " << all_pieces;
 }
 
-TEST(M2nMessages, PiecesOfOneMiBAndMoreGoAloneAndSmallOnesFillMessagesUpToTheirBound) {
+TEST(M2nMessages, LargePiecesGoAloneAndSmallOnesFillMessagesUpToTheirBound) {
   Piece p;
   std::vector<Transfer> ts;
-  // Peer 0: 20 pieces of 1 MiB - 1 (coalesced, 16 MiB at most per message), then one of 1 MiB.
-  for (int i = 0; i < 20; ++i) ts.push_back({0, &p, 0, kCoalesceBelow - 1});
+  // Peer 0: small pieces just under the threshold, enough to fill one message (kMessageBytes at
+  // most) and start another with 4, then one piece at the threshold.
+  const std::size_t per_message = kMessageBytes / (kCoalesceBelow - 1);
+  const std::size_t small = per_message + 4;
+  for (std::size_t i = 0; i < small; ++i) ts.push_back({0, &p, 0, kCoalesceBelow - 1});
   ts.push_back({0, &p, 0, kCoalesceBelow});
   ts.push_back({0, &p, 1, 10});  // peer 1 interleaved
   ts.push_back({0, &p, 0, 10});  // after the large piece: a new message, the pair's order kept
   const auto m = messages_of(ts, 2);
   ASSERT_EQ(m.size(), 5u);
-  EXPECT_EQ(m[0].transfers.size(), 16u);  // 16 × (1 MiB - 1) ≤ 16 MiB
+  EXPECT_EQ(m[0].transfers.size(), per_message);
+  EXPECT_LE(m[0].bytes, kMessageBytes);
   EXPECT_EQ(m[1].transfers.size(), 4u);
-  EXPECT_EQ(m[2].transfers, std::vector<std::size_t>{20});
+  EXPECT_EQ(m[2].transfers, std::vector<std::size_t>{small});
   EXPECT_EQ(m[3].peer, 1);
-  EXPECT_EQ(m[4].transfers, std::vector<std::size_t>{22});
+  EXPECT_EQ(m[4].transfers, std::vector<std::size_t>{small + 2});
+}
+
+TEST(M2nMessages, PiecesInPlaceAtBothEndsGoAloneFromALowerSize) {
+  Piece p;
+  // Under kInPlaceAlone, or not in place by the plan: coalesced; in place and at least
+  // kInPlaceAlone: alone, so neither end copies it.
+  std::vector<Transfer> ts = {{0, &p, 0, kInPlaceAlone - 1, true},
+                              {0, &p, 0, kInPlaceAlone, false},
+                              {0, &p, 0, kInPlaceAlone, true},
+                              {0, &p, 0, 10, true}};
+  const auto m = messages_of(ts, 1);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].transfers, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(m[1].transfers, std::vector<std::size_t>{2});
+  EXPECT_EQ(m[2].transfers, std::vector<std::size_t>{3});
+}
+
+TEST(M2nSchedule, InPlaceFollowsThePlansShapesAtBothEnds) {
+  const Plan plan = test_plan();
+  const PlanIndex index(plan);
+  const auto names = names_of(plan);
+  // "big*" pieces are dim-0 rows of a dim-1 TP slice: back to back in neither the full tensor nor
+  // the slice; "b*" (replicated, whole) are; both ends say the same.
+  for (const auto& t : sends_of(plan, index, names, 0)) {
+    const bool bias = names[t.param].rfind("b", 0) == 0 && names[t.param].rfind("big", 0) != 0;
+    EXPECT_EQ(t.in_place, bias) << names[t.param];
+  }
+  for (const auto& t : receives_of(plan, index, names, 0)) {
+    const bool bias = names[t.param].rfind("b", 0) == 0 && names[t.param].rfind("big", 0) != 0;
+    EXPECT_EQ(t.in_place, bias) << names[t.param];
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "m2n_schedule.hpp"
 
+#include "box_copy.hpp"
+
 #include <xxhash.h>
 
 #include <cstdint>
@@ -17,6 +19,22 @@ const PlanIndex::Entry* PlanIndex::find(const std::string& name) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+bool in_place_by_plan(const GroupPlan& g, const Piece& p, int tensor_parallel) {
+  if (!box_is_contiguous(g.shape, p.box.lo, p.box.hi)) return false;
+  const Box needed = needed_box(g.shape, g.tp_dim, tensor_parallel, p.tp_rank);
+  std::vector<int64_t> shape(g.shape.size()), lo = p.box.lo, hi = p.box.hi;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    shape[d] = needed.hi[d] - needed.lo[d];
+    lo[d] -= needed.lo[d];
+    hi[d] -= needed.lo[d];
+  }
+  return box_is_contiguous(shape, lo, hi);
+}
+
+}  // namespace
+
 std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
                                const std::vector<std::string>& names, int trainer_rank) {
   const int tp = plan.inference.tensor_parallel, replicas = plan.inference.replicas;
@@ -29,7 +47,7 @@ std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
         if (p.tp_rank != w % tp || Plan::sender(p, e->member, replicas, w / tp) != trainer_rank)
           continue;
         const uint64_t n = piece_bytes(p, g.dtype);
-        if (n > 0) out.push_back({i, &p, w, n});
+        if (n > 0) out.push_back({i, &p, w, n, in_place_by_plan(g, p, tp)});
       }
   }
   return out;
@@ -45,7 +63,9 @@ std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
     for (const Piece& p : g.pieces) {
       if (p.tp_rank != worker_rank % tp) continue;
       const uint64_t n = piece_bytes(p, g.dtype);
-      if (n > 0) out.push_back({i, &p, Plan::sender(p, e->member, replicas, worker_rank / tp), n});
+      if (n > 0)
+        out.push_back({i, &p, Plan::sender(p, e->member, replicas, worker_rank / tp), n,
+                       in_place_by_plan(g, p, tp)});
     }
   }
   return out;
@@ -58,7 +78,7 @@ std::vector<Message> messages_of(const std::vector<Transfer>& transfers, std::si
   for (std::size_t i = 0; i < transfers.size(); ++i) {
     const Transfer& t = transfers[i];
     std::size_t& o = open[static_cast<std::size_t>(t.peer)];
-    if (t.bytes >= kCoalesceBelow) {
+    if (t.bytes >= kCoalesceBelow || (t.in_place && t.bytes >= kInPlaceAlone)) {
       o = kNone;  // the pair's next small piece starts a new message: pair order is kept
       out.push_back({t.peer, {i}, t.bytes});
       continue;

@@ -32,6 +32,10 @@ struct Transfer {
   const Piece* piece = nullptr;
   int peer = 0;  // the worker rank (a send) or the trainer rank (a receive)
   uint64_t bytes = 0;
+  // By the plan's shapes alone (so both ends agree): the piece's bytes lie back to back in the
+  // full tensor (so in any slice of it a trainer rank holds, if compact) and in the worker
+  // rank's TP slice.
+  bool in_place = false;
 };
 
 // `names`: the round's parameters in order, each one the index finds. Pieces of no bytes are left
@@ -44,9 +48,15 @@ std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
 // How a pair's pieces travel: consecutive pieces of one pair under kCoalesceBelow bytes share one
 // message (up to kMessageBytes), so a round of many small pieces (norms, biases, FSDP tiles cut
 // by TP) costs a few messages per pair instead of one each; a larger piece is a message of its
-// own, moved in place where its bytes lie back to back. Both ends group a pair's pieces, the same
-// ones in the same order (the frame's digest checks that), alike.
+// own, moved in place where its bytes lie back to back. Coalescing costs a copy at each end, so a
+// piece of kInPlaceAlone bytes or more that the plan says lies back to back at both ends (see
+// Transfer::in_place) goes alone too: at a 1 MiB threshold alone, the 0.8 MB row halves of a
+// 1 GB model's attention weights were packed and unpacked instead of moved in place, and dim-0
+// rounds took 40% longer; at 64 KiB alone, the 1 T layout's FSDP tiles needed 100× the messages.
+// Both ends group a pair's pieces, the same ones in the same order (the frame's digest checks
+// that), alike.
 constexpr uint64_t kCoalesceBelow = uint64_t{1} << 20;
+constexpr uint64_t kInPlaceAlone = uint64_t{256} << 10;
 constexpr uint64_t kMessageBytes = uint64_t{16} << 20;
 // Bytes of packed messages one side keeps in flight at most (beyond a single larger message):
 // before packing or posting more, it waits for its oldest. Both sides take their messages in one
