@@ -8,17 +8,6 @@
 
 namespace wt::m2n {
 
-PlanIndex::PlanIndex(const Plan& plan) {
-  for (std::size_t g = 0; g < plan.groups.size(); ++g)
-    for (std::size_t m = 0; m < plan.groups[g].names.size(); ++m)
-      entries_.emplace(plan.groups[g].names[m], Entry{g, m});
-}
-
-const PlanIndex::Entry* PlanIndex::find(const std::string& name) const {
-  auto it = entries_.find(name);
-  return it == entries_.end() ? nullptr : &it->second;
-}
-
 namespace {
 
 bool in_place_by_plan(const GroupPlan& g, const Piece& p, int tensor_parallel) {
@@ -35,6 +24,22 @@ bool in_place_by_plan(const GroupPlan& g, const Piece& p, int tensor_parallel) {
 
 }  // namespace
 
+PlanIndex::PlanIndex(const Plan& plan) {
+  in_place_.resize(plan.groups.size());
+  for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+    const GroupPlan& group = plan.groups[g];
+    for (std::size_t m = 0; m < group.names.size(); ++m)
+      entries_.emplace(group.names[m], Entry{g, m});
+    for (const Piece& p : group.pieces)
+      in_place_[g].push_back(in_place_by_plan(group, p, plan.inference.tensor_parallel));
+  }
+}
+
+const PlanIndex::Entry* PlanIndex::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
 std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
                                const std::vector<std::string>& names, int trainer_rank) {
   const int tp = plan.inference.tensor_parallel, replicas = plan.inference.replicas;
@@ -47,7 +52,9 @@ std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
         if (p.tp_rank != w % tp || Plan::sender(p, e->member, replicas, w / tp) != trainer_rank)
           continue;
         const uint64_t n = piece_bytes(p, g.dtype);
-        if (n > 0) out.push_back({i, &p, w, n, in_place_by_plan(g, p, tp)});
+        if (n > 0)
+          out.push_back({i, &p, w, n,
+                         index.in_place(e->group, static_cast<std::size_t>(&p - g.pieces.data()))});
       }
   }
   return out;
@@ -65,7 +72,7 @@ std::vector<Transfer> receives_of(const Plan& plan, const PlanIndex& index,
       const uint64_t n = piece_bytes(p, g.dtype);
       if (n > 0)
         out.push_back({i, &p, Plan::sender(p, e->member, replicas, worker_rank / tp), n,
-                       in_place_by_plan(g, p, tp)});
+                       index.in_place(e->group, static_cast<std::size_t>(&p - g.pieces.data()))});
     }
   }
   return out;

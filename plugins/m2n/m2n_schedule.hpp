@@ -22,9 +22,12 @@ class PlanIndex {
   };
   const Entry* find(const std::string& name) const;
   std::size_t size() const { return entries_.size(); }
+  // Transfer::in_place of the group's piece, worked out once here rather than every round.
+  bool in_place(std::size_t group, std::size_t piece) const { return in_place_[group][piece]; }
 
  private:
   std::unordered_map<std::string, Entry> entries_;
+  std::vector<std::vector<bool>> in_place_;  // per group, per piece
 };
 
 struct Transfer {
