@@ -315,8 +315,9 @@ TEST(BroadcastGroup, ABroadcastOfAnotherLengthIsRefusedBeforeAByteLands) {
   }
 }
 
-// A peer that holds the store's secret but cannot answer the pair challenge (here: answers it
-// with made-up bytes) fails the group at rank 0, naming the rank, before anything else is sent.
+// A peer that holds the store's secret but not the pair proof (here: plain Gloo, which sends its
+// own frames where the proof belongs) fails the group at rank 0, naming the rank, before anything
+// else is read or sent.
 TEST(BroadcastGroup, APeerFailingThePairChallengeFailsTheGroupNamingIt) {
   const int port = free_port();
   std::string error;
@@ -333,16 +334,13 @@ TEST(BroadcastGroup, APeerFailingThePairChallengeFailsTheGroupNamingIt) {
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(1, 2);
   context->setTimeout(10s);
-  context->connectFullMesh(store, device);
-  for (std::size_t each : {std::size_t{16}, std::size_t{32}}) {  // a nonce, then an answer
-    const uint64_t slot = static_cast<uint64_t>(context->nextSlot());
-    std::vector<unsigned char> out(2 * each, 0x5a), in(2 * each);
+  try {
+    context->connectFullMesh(store, device);
+    std::vector<unsigned char> out(48, 0x5a);  // as long as a nonce and an answer
     auto s = context->createUnboundBuffer(out.data(), out.size());
-    auto r = context->createUnboundBuffer(in.data(), in.size());
-    r->recv(0, slot, 0, each);
-    s->send(0, slot, 0, each);
-    r->waitRecv(10s);
+    s->send(0, static_cast<uint64_t>(context->nextSlot()));
     s->waitSend(10s);
+  } catch (const std::exception&) {  // rank 0 hung up on it
   }
   root.join();
   EXPECT_THAT(error, HasSubstr("the peer connected as rank 1 did not prove the session secret"));

@@ -1,10 +1,10 @@
 #include "gloo_mesh.hpp"
 
+#include "proving_device.hpp"
 #include "session_secret.hpp"
 #include "sigpipe_guard.hpp"
 
-#include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
+#include <gloo/barrier.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -63,64 +63,11 @@ std::string local_address_towards(const std::string& peer) {
 
 namespace {
 
-// What rank `from` answers to rank `to`'s challenge `nonce`.
-Mac pair_answer(const SessionSecret& secret, const unsigned char* nonce, int from, int to) {
-  std::string m(reinterpret_cast<const char*>(nonce), sizeof(Nonce));
-  unsigned char ranks[8];
-  put_le(ranks, static_cast<uint32_t>(from), 4);
-  put_le(ranks + 4, static_cast<uint32_t>(to), 4);
-  m.append(reinterpret_cast<const char*>(ranks), sizeof ranks);
-  return secret.mac("wt gloo pair", m);
-}
-
-// Each rank sends every peer a fresh nonce and answers each peer's nonce with a MAC under the
-// secret binding both ranks; a peer whose answer is not the expected one fails the rendezvous.
-// Whoever took a pair's connection without the secret (a stranger racing the real peer to the
-// pair's port) is found here, before any weight byte moves on the mesh.
-void authenticate_pairs(gloo::rendezvous::Context& context, const CommunicatorOptions& options,
-                        const SessionSecret& secret, Clock::time_point until) {
-  const int n = options.world_size, me = options.rank;
-  const std::size_t nb = sizeof(Nonce), mb = sizeof(Mac);
-  std::vector<unsigned char> mine(n * nb), theirs(n * nb), answers(n * mb), received(n * mb);
-  for (int p = 0; p < n; ++p) {
-    const Nonce x = random_nonce();
-    std::memcpy(mine.data() + p * nb, x.data(), nb);
-  }
-  auto exchange = [&](std::vector<unsigned char>& out, std::vector<unsigned char>& in,
-                      std::size_t each) {
-    const uint64_t slot = static_cast<uint64_t>(context.nextSlot());
-    auto send = context.createUnboundBuffer(out.data(), out.size());
-    auto recv = context.createUnboundBuffer(in.data(), in.size());
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      recv->recv(p, slot, p * each, each);
-      send->send(p, slot, p * each, each);
-    }
-    for (int p = 0; p < n - 1; ++p) {
-      if (!recv->waitRecv(time_left(until)) || !send->waitSend(time_left(until)))
-        fail(WT_ERR_ABORTED, "the pair challenge was interrupted");
-    }
-  };
-  exchange(mine, theirs, nb);
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    const Mac a = pair_answer(secret, theirs.data() + p * nb, me, p);
-    std::memcpy(answers.data() + p * mb, a.data(), mb);
-  }
-  exchange(answers, received, mb);
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    Mac got{};
-    std::memcpy(got.data(), received.data() + p * mb, mb);
-    if (!same_mac(got, pair_answer(secret, mine.data() + p * nb, p, me))) {
-      const std::string why = fmt::format(
-          "the peer connected as rank {} did not prove the session secret (a stranger on the "
-          "pair's port?); no weight was sent",
-          p);
-      if (options.warn) options.warn(why);
-      fail(WT_ERR_REMOTE, "{}", why);
-    }
-  }
+// Every rank has read every key once it reached this barrier: then nobody needs the store.
+void wait_for_every_rank(const std::shared_ptr<gloo::Context>& context, Clock::time_point until) {
+  gloo::BarrierOptions barrier(context);
+  barrier.setTimeout(time_left(until));
+  gloo::barrier(barrier);
 }
 
 }  // namespace
@@ -148,8 +95,8 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
     gloo_call(what, [&] {
       auto client = std::make_shared<TcpStoreClient>(o.master_address, o.master_port, secret, until,
                                                      o.give_up);
-      gloo::transport::tcp::attr attr(local_address_towards(o.master_address).c_str());
-      auto device = gloo::transport::tcp::CreateDevice(attr);
+      // Every pair proves the secret on its socket before Gloo reads a byte of it.
+      auto device = make_proving_device(local_address_towards(o.master_address), secret, until);
       context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
       context->setTimeout(time_left(until));
       // Gloo's pair connect waits without end for a peer that published its address and then
@@ -162,12 +109,12 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
         std::exception_ptr error;
       };
       auto f = std::make_shared<Formation>();
-      std::thread([f, client, device, context, o, secret, until]() mutable {
+      std::thread([f, client, device, context, until]() mutable {
         SigpipeBlocked blocked;
         std::exception_ptr error;
         try {
           context->connectFullMesh(*client, device);
-          authenticate_pairs(*context, o, secret, until);
+          wait_for_every_rank(context, until);
         } catch (...) {
           error = std::current_exception();
         }
@@ -194,7 +141,6 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
       throw sdk::Error(e.code(), fmt::format("{} ({})", e.what(), store->failure()));
     throw;
   }
-  // Every rank answered rank 0's challenge after it read every key: nobody needs the store now.
   store.reset();
   context->setTimeout(o.transfer_timeout);
   return context;

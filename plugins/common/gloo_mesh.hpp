@@ -2,8 +2,9 @@
 // sparse_nccl) and the m2n point-to-point transfers are built on (compiled into each plugin).
 //
 // Rank 0 hosts the rendezvous store (opened before the peers were told where to meet, or here);
-// every rank connects with the secret, the mesh forms, and each pair answers a challenge under the
-// secret each way before anything else moves on it. Then nobody needs the store: it is closed.
+// every rank connects with the secret, the mesh forms, and each pair proves the secret each way on
+// its socket before Gloo reads a byte of it (proving_device.hpp). Once every rank has read every
+// key, nobody needs the store: it is closed.
 #pragma once
 
 #include "communicator.hpp"

@@ -1,0 +1,202 @@
+#include "proving_device.hpp"
+
+#include "gloo_mesh.hpp"
+
+#include <wt/sdk/errors.hpp>
+
+#include <gloo/transport/tcp/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/pair.h>
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+namespace wt::plugins {
+namespace {
+
+namespace tcp = gloo::transport::tcp;
+using Clock = std::chrono::steady_clock;
+
+// What rank `from` answers to rank `to`'s challenge `nonce` on their pair.
+Mac proof_of(const SessionSecret& secret, const Nonce& nonce, int from, int to) {
+  std::string m(as_view(nonce));
+  unsigned char ranks[8];
+  put_le(ranks, static_cast<uint32_t>(from), 4);
+  put_le(ranks + 4, static_cast<uint32_t>(to), 4);
+  m.append(reinterpret_cast<const char*>(ranks), sizeof ranks);
+  return secret.mac("wt gloo pair", m);
+}
+
+std::exception_ptr refusal(int peer, const std::string& why) {
+  return std::make_exception_ptr(sdk::Error(
+      WT_ERR_REMOTE,
+      fmt::format("the peer connected as rank {} {} (a stranger on the pair's port?); no weight "
+                  "was sent",
+                  peer, why)));
+}
+
+// The proof runs on Gloo's loop thread, as Gloo's own connection handling does, with the pair's
+// lock held (handleReadWrite and changeState are called with it): nonce out as the socket
+// connects, the peer's nonce in, the answer out, the peer's answer in and checked. Only then does
+// Gloo get the socket. Both sides proceed alike, so neither waits on the other's order.
+class ProvingPair final : public tcp::Pair {
+ public:
+  ProvingPair(tcp::Context* context, tcp::Device* device, int self, int peer,
+              std::chrono::milliseconds timeout, const SessionSecret& secret,
+              Clock::time_point until)
+      : tcp::Pair(context, device, peer, timeout), self_(self), secret_(secret), until_(until) {}
+
+ protected:
+  void changeState(state next) noexcept override {
+    tcp::Pair::changeState(next);
+    if (next == CONNECTED) begin_proof();
+  }
+
+  void handleReadWrite(int events) override {
+    // Whatever Gloo throws here would reach std::terminate on its loop thread: it fails the pair.
+    try {
+      if (proven_) {
+        tcp::Pair::handleReadWrite(events);
+      } else {
+        continue_proof();
+      }
+    } catch (const std::exception& e) {
+      fail_pair(std::make_exception_ptr(sdk::Error(
+          WT_ERR_REMOTE, fmt::format("the pair with rank {} failed: {}", rank_, e.what()))));
+    } catch (...) {
+      fail_pair(std::make_exception_ptr(
+          sdk::Error(WT_ERR_REMOTE, fmt::format("the pair with rank {} failed", rank_))));
+    }
+  }
+
+  // Connected means proven: the user's connect returns only once the peer's answer checked out.
+  void waitUntilConnected(std::unique_lock<std::mutex>& lock, bool use_timeout) override {
+    tcp::Pair::waitUntilConnected(lock, use_timeout);
+    const bool settled = cv_.wait_until(lock, until_, [&] {
+      throwIfException();
+      return proven_ || state_ == CLOSED;
+    });
+    if (!settled)
+      signalAndThrowException(refusal(rank_, "did not prove the session secret in time"));
+    if (!proven_)
+      throw sdk::Error(WT_ERR_REMOTE, fmt::format("the pair with rank {} was closed", rank_));
+  }
+
+ private:
+  static constexpr std::size_t kNonce = sizeof(Nonce), kProof = sizeof(Mac);
+
+  void fail_pair(std::exception_ptr why) noexcept {
+    try {
+      if (ex_ == nullptr) signalException(std::move(why));
+    } catch (...) {  // nothing more can be done on the loop thread; the pair is closed
+    }
+  }
+
+  // A socket connected (the accepted one on the listening side; it can connect again when the
+  // listening socket took a stranger before the user's connect replaced it): a fresh proof.
+  void begin_proof() noexcept {
+    proven_ = false;
+    received_ = 0;
+    answered_ = false;
+    try {
+      mine_ = random_nonce();
+      if (!send_now(mine_.data(), kNonce))
+        fail_pair(refusal(rank_, "could not be sent a challenge"));
+    } catch (...) {
+      fail_pair(std::current_exception());
+    }
+  }
+
+  // 16 or 32 bytes into a socket that has sent nothing else yet: they fit, or the pair fails.
+  bool send_now(const unsigned char* p, std::size_t n) {
+    ssize_t rv;
+    do {
+      rv = ::send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (rv == -1 && errno == EINTR);
+    return rv == static_cast<ssize_t>(n);
+  }
+
+  void continue_proof() {
+    unsigned char* in = reinterpret_cast<unsigned char*>(in_.data());
+    while (received_ < in_.size()) {
+      const ssize_t rv = ::recv(fd_, in + received_, in_.size() - received_, MSG_DONTWAIT);
+      if (rv == 0)
+        return fail_pair(refusal(rank_, "closed the connection before proving the session secret"));
+      if (rv < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // the rest comes with a later event
+        return fail_pair(
+            refusal(rank_, fmt::format("could not be read: {}", std::strerror(errno))));
+      }
+      received_ += static_cast<std::size_t>(rv);
+      if (!answered_ && received_ >= kNonce) {
+        Nonce theirs{};
+        std::memcpy(theirs.data(), in, kNonce);
+        const Mac answer = proof_of(secret_, theirs, self_, rank_);
+        if (!send_now(answer.data(), kProof))
+          return fail_pair(refusal(rank_, "could not be sent its answer"));
+        answered_ = true;
+      }
+    }
+    Mac got{};
+    std::memcpy(got.data(), in + kNonce, kProof);
+    if (!same_mac(got, proof_of(secret_, mine_, rank_, self_)))
+      return fail_pair(refusal(rank_, "did not prove the session secret"));
+    proven_ = true;  // what follows on the socket (Gloo's frames) is Gloo's
+    cv_.notify_all();
+  }
+
+  const int self_;
+  const SessionSecret secret_;
+  const Clock::time_point until_;
+  // Guarded by the pair's lock (m_), like the rest of the pair's state.
+  bool proven_ = false;
+  bool answered_ = false;
+  Nonce mine_{};
+  std::array<char, kNonce + kProof> in_{};
+  std::size_t received_ = 0;
+};
+
+class ProvingContext final : public tcp::Context {
+ public:
+  ProvingContext(std::shared_ptr<tcp::Device> device, int rank, int size,
+                 const SessionSecret& secret, Clock::time_point until)
+      : tcp::Context(std::move(device), rank, size), secret_(secret), until_(until) {}
+
+  std::unique_ptr<gloo::transport::Pair>& createPair(int peer) override {
+    pairs_[peer] = std::make_unique<ProvingPair>(this, device_.get(), rank, peer, getTimeout(),
+                                                 secret_, until_);
+    return pairs_[peer];
+  }
+
+ private:
+  const SessionSecret secret_;
+  const Clock::time_point until_;
+};
+
+class ProvingDevice final : public tcp::Device {
+ public:
+  ProvingDevice(const tcp::attr& attr, const SessionSecret& secret, Clock::time_point until)
+      : tcp::Device(tcp::CreateDeviceAttr(attr)), secret_(secret), until_(until) {}
+
+  std::shared_ptr<gloo::transport::Context> createContext(int rank, int size) override {
+    return std::make_shared<ProvingContext>(shared_from_this(), rank, size, secret_, until_);
+  }
+
+ private:
+  const SessionSecret secret_;
+  const Clock::time_point until_;
+};
+
+}  // namespace
+
+std::shared_ptr<gloo::transport::Device> make_proving_device(const std::string& address,
+                                                             const SessionSecret& secret,
+                                                             Clock::time_point until) {
+  return std::make_shared<ProvingDevice>(tcp::attr(address.c_str()), secret, until);
+}
+
+}  // namespace wt::plugins

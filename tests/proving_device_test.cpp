@@ -1,0 +1,257 @@
+// Gloo pairs that prove the session secret on the bare socket (plugins/common/proving_device), as
+// an attacker on the pair ports sees them: a stranger who takes a pair's port before the real peer
+// and sends a malformed Gloo frame (plain Gloo parses it on its loop thread and ends the process),
+// one who connects and stays silent, and a peer that proves the secret and then sends a malformed
+// frame. The ranks are threads of this process, so a frame that ended the process would end the
+// test; the rendezvous store is Gloo's in-memory one, gated so the stranger is always first.
+#include "proving_device.hpp"
+#include "gloo_mesh.hpp"
+#include "session_secret.hpp"
+
+#include <wt/sdk/errors.hpp>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/transport/tcp/address.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+namespace wt::plugins {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const SessionSecret kSecret = SessionSecret::from_hex(std::string(64, 'a'), "secret");
+
+// Gloo's in-memory store whose reads of pair addresses wait until the test opens it: every rank
+// has published its pairs' addresses (and its pairs listen) but none has connected yet. (The
+// ranks' host names, "rank_N", pass.)
+class GatedStore final : public gloo::rendezvous::Store {
+ public:
+  void set(const std::string& key, const std::vector<char>& data) override {
+    inner_.set(key, data);
+    std::lock_guard<std::mutex> l(mu_);
+    published_[key] = data;
+    cv_.notify_all();
+  }
+  std::vector<char> get(const std::string& key) override {
+    if (key.rfind("rank_", 0) != 0) wait_open();
+    return inner_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    if (keys.empty() || keys[0].rfind("rank_", 0) != 0) wait_open();
+    inner_.wait(keys);
+  }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    if (keys.empty() || keys[0].rfind("rank_", 0) != 0) wait_open();
+    inner_.wait(keys, t);
+  }
+
+  // What `key` was set to, once it was.
+  std::vector<char> published(const std::string& key) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return published_.count(key) != 0; });
+    return published_[key];
+  }
+  void open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  void wait_open() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return open_; });
+  }
+
+  gloo::rendezvous::HashStore inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::vector<char>> published_;
+  bool open_ = false;
+};
+
+// The listening address rank `r` published for its pair with the other rank of a world of two.
+sockaddr_storage pair_address(GatedStore& store, int r) {
+  return gloo::transport::tcp::Address(store.published(std::to_string(r))).getSockaddr();
+}
+
+int dial(const sockaddr_storage& a) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(sockaddr_in)), 0);
+  return fd;
+}
+
+// A Gloo frame no pair expects: 8 bytes for an unbound buffer in a slot nobody receives in. Plain
+// Gloo enforces on its loop thread that a receive is pending there, and throws: std::terminate.
+std::vector<char> malformed_frame() {
+  uint64_t preamble[6] = {48 + 8, /*SEND_UNBOUND_BUFFER*/ 1, /*slot*/ 777, 0, 8, 0};
+  std::vector<char> out(sizeof preamble + 8, 'x');
+  std::memcpy(out.data(), preamble, sizeof preamble);
+  return out;
+}
+
+void send_all(int fd, const void* p, std::size_t n) {
+  ASSERT_EQ(::send(fd, p, n, MSG_NOSIGNAL), static_cast<ssize_t>(n));
+}
+
+bool recv_all(int fd, void* p, std::size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t rv = ::recv(fd, c, n, 0);
+    if (rv <= 0) return false;
+    c += rv;
+    n -= static_cast<std::size_t>(rv);
+  }
+  return true;
+}
+
+// Two ranks forming a mesh on `store` with proving devices; errors come back per rank, with the
+// time each took from `opened` (set by the caller when it opens the store).
+struct TwoRanks {
+  std::string errors[2];
+  Clock::time_point ended[2];
+  std::thread threads[2];
+
+  TwoRanks(GatedStore& store, std::chrono::milliseconds deadline) {
+    for (int r = 0; r < 2; ++r)
+      threads[r] = std::thread([this, &store, r, deadline] {
+        try {
+          auto device = make_proving_device("127.0.0.1", kSecret, Clock::now() + deadline);
+          auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
+          context->setTimeout(deadline);
+          context->connectFullMesh(store, device);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+        ended[r] = Clock::now();
+      });
+  }
+  void join() {
+    for (auto& t : threads) t.join();
+  }
+};
+
+TEST(ProvingDevice, AStrangerWhoTakesAPairsPortFirstAndSendsAMalformedFrameIsRefused) {
+  GatedStore store;
+  TwoRanks ranks(store, 10s);
+  const std::vector<char> frame = malformed_frame();
+  int strangers[2];
+  for (int r = 0; r < 2; ++r) {
+    strangers[r] = dial(pair_address(store, r));
+    send_all(strangers[r], frame.data(), frame.size());
+  }
+  std::this_thread::sleep_for(200ms);  // the loop threads read the frame (plain Gloo: terminate)
+  const auto opened = Clock::now();
+  store.open();
+  ranks.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(ranks.errors[r],
+                HasSubstr(fmt::format("the peer connected as rank {} did not prove the session "
+                                      "secret (a stranger on the pair's port?); no weight was sent",
+                                      1 - r)))
+        << "rank " << r;
+    EXPECT_LT(ranks.ended[r] - opened, 1s) << "rank " << r;
+    ::close(strangers[r]);
+  }
+}
+
+// A stranger who connects and says nothing holds the pair until the rendezvous deadline, no
+// longer; the rank it holds says why.
+TEST(ProvingDevice, ASilentStrangerFailsThePairAtTheRendezvousDeadline) {
+  GatedStore store;
+  const auto start = Clock::now();
+  TwoRanks ranks(store, 2s);
+  int strangers[2];
+  for (int r = 0; r < 2; ++r) strangers[r] = dial(pair_address(store, r));
+  store.open();
+  ranks.join();
+  int named = 0;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(ranks.errors[r], "") << "rank " << r;
+    named += ranks.errors[r].find("did not prove the session secret in time") != std::string::npos;
+    EXPECT_LT(ranks.ended[r] - start, 3500ms) << "rank " << r;
+    ::close(strangers[r]);
+  }
+  EXPECT_GE(named, 1) << ranks.errors[0] << " | " << ranks.errors[1];
+}
+
+// A peer that proves the secret and then sends a frame Gloo cannot place: the pair fails with a
+// message naming the rank, the process goes on.
+TEST(ProvingDevice, AMalformedFrameAfterTheProofFailsThePairNotTheProcess) {
+  gloo::rendezvous::HashStore store;
+  auto device = make_proving_device("127.0.0.1", kSecret, Clock::now() + 10s);
+  auto context = std::make_shared<gloo::rendezvous::Context>(0, 2);
+  context->setTimeout(10s);
+
+  // Rank 1, by hand: a socket of its own as its pair's address.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in mine{};
+  mine.sin_family = AF_INET;
+  mine.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&mine), sizeof mine), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof mine;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&mine), &len);
+  sockaddr_storage ss{};
+  std::memcpy(&ss, &mine, sizeof mine);
+  store.set("1", gloo::transport::tcp::Address(ss).bytes());
+
+  std::string error;
+  std::thread rank0([&] {
+    try {
+      context->connectFullMesh(store, device);
+      int x = 0;
+      auto buf = context->createUnboundBuffer(&x, sizeof x);
+      buf->recv(1, 5);
+      buf->waitRecv(10s);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  // Who dials whom is Gloo's rule: the pair whose address compares higher (same host: port, as
+  // stored) connects to the other.
+  store.wait({"0"}, 10s);
+  const sockaddr_storage theirs_ss = gloo::transport::tcp::Address(store.get("0")).getSockaddr();
+  sockaddr_in theirs{};
+  std::memcpy(&theirs, &theirs_ss, sizeof theirs);
+  const bool rank0_dials = static_cast<int>(theirs.sin_port) - static_cast<int>(mine.sin_port) > 0;
+  const int fd = rank0_dials ? ::accept(listener, nullptr, nullptr) : dial(theirs_ss);
+  ASSERT_GE(fd, 0);
+  Nonce their_nonce{}, my_nonce{};
+  my_nonce.fill(0x42);
+  ASSERT_TRUE(recv_all(fd, their_nonce.data(), their_nonce.size()));
+  send_all(fd, my_nonce.data(), my_nonce.size());
+  std::string m(as_view(their_nonce));
+  const char ranks10[8] = {1, 0, 0, 0, 0, 0, 0, 0};  // from rank 1, to rank 0
+  m.append(ranks10, sizeof ranks10);
+  const Mac answer = kSecret.mac("wt gloo pair", m);
+  send_all(fd, answer.data(), answer.size());
+  Mac theirs_answer{};
+  ASSERT_TRUE(recv_all(fd, theirs_answer.data(), theirs_answer.size()));
+  const std::vector<char> frame = malformed_frame();
+  send_all(fd, frame.data(), frame.size());
+  rank0.join();
+  EXPECT_THAT(error, HasSubstr("the pair with rank 1 failed"));
+  ::close(fd);
+  ::close(listener);
+}
+
+}  // namespace
+}  // namespace wt::plugins
