@@ -2,9 +2,9 @@
 // processes (`wt serve` receivers, wt_test_trainer): a stranger on the store's port during the
 // rendezvous, a sender (this process, holding the session's secret) broadcasting more or fewer
 // bytes than its update info promised or NaN in sparse values, a receiver stopped or killed
-// inside a broadcast, a trainer that drifted from the model the receivers hold, 200 clients
-// polling a receiver during rounds, and a group of one trainer and 64 receivers. Each prints the
-// time from fault to report.
+// inside a broadcast, a stranger racing the peers to the Gloo pair ports, a trainer that drifted
+// from the model the receivers hold, 200 clients polling a receiver during rounds, and a group of
+// one trainer and 64 receivers. Each prints the time from fault to report.
 #include "broadcast_group.hpp"
 #include "session_secret.hpp"
 
@@ -29,8 +29,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
+#include <set>
+#include <sstream>
 #include <thread>
 
 using ::testing::HasSubstr;
@@ -299,6 +303,91 @@ TEST(NcclTrust, TwoHundredPollingClientsDoNotKeepTheTrainersCallsOut) {
             << " polls answered)\n"
             << t.output();
   EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(3, 40, 64, 0));
+}
+
+// The listening TCP ports of process `pid` (its sockets in /proc/net/tcp, state LISTEN): what a
+// local stranger can list and race the real peers to.
+std::set<int> listening_ports(pid_t pid) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    std::error_code lec;
+    const std::string target = std::filesystem::read_symlink(e.path(), lec).string();
+    if (!lec && target.rfind("socket:[", 0) == 0)
+      inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::set<int> ports;
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // the header
+  while (std::getline(tcp, line)) {
+    std::istringstream in(line);
+    std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+    in >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+    if (state == "0A" && inodes.count(inode) != 0)
+      ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return ports;
+}
+
+// A local stranger watches every process of the group for new listening ports (the Gloo pairs,
+// while the group forms) and races the real peers to each with a Gloo frame that plain Gloo cannot
+// place (it would end the process that parses it). Whatever the race gives, no process dies: a
+// group that a stranger reached fails naming the rank, and the receivers sync byte exact at the
+// next init.
+TEST(NcclTrust, AStrangerRacingThePeersToTheGlooPairPortsEndsNoProcess) {
+  Served a = serve(), b = serve();
+  std::set<int> known;  // the control plane's ports, and whatever listened before
+  for (auto* r : {&a, &b}) {
+    const auto before = listening_ports(r->process->pid());
+    known.insert(before.begin(), before.end());
+  }
+  uint64_t preamble[6] = {48 + 8, /*SEND_UNBOUND_BUFFER*/ 1, /*slot*/ 777, 0, 8, 0};
+  std::string frame(reinterpret_cast<const char*>(preamble), sizeof preamble);
+  frame += std::string(8, 'x');
+  std::atomic<bool> stop{false};
+  std::atomic<pid_t> trainer_pid{0};
+  std::vector<int> held;
+  std::thread attacker([&] {
+    while (!stop) {
+      std::vector<pid_t> pids{a.process->pid(), b.process->pid()};
+      if (trainer_pid != 0) pids.push_back(trainer_pid);
+      for (pid_t pid : pids)
+        for (int port : listening_ports(pid)) {
+          if (!known.insert(port).second) continue;
+          int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          sockaddr_in addr{};
+          addr.sin_family = AF_INET;
+          addr.sin_port = htons(static_cast<uint16_t>(port));
+          addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+            ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+            held.push_back(fd);
+          } else {
+            ::close(fd);
+          }
+        }
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  cli::Child t(trainer({&a, &b}, test::free_port(), 1));
+  trainer_pid = t.pid();
+  const int rc = t.wait();
+  stop = true;
+  attacker.join();
+  for (int fd : held) ::close(fd);
+  std::cout << "the stranger reached " << held.size() << " listening ports; the trainer exited "
+            << rc << "\n"
+            << t.output();
+  if (rc != 0) {
+    EXPECT_THAT(t.output(), HasSubstr("did not prove the session secret"));
+  }
+  // Both receivers are up and take the next init.
+  cli::Child again(trainer({&a, &b}, test::free_port(), 2));
+  ASSERT_EQ(again.wait(), 0) << again.output() << a.process->output() << b.process->output();
+  const auto expected = test::expected_after(2, 40, 64, 0);
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), expected);
+  EXPECT_EQ(HttpClient(b.url).weight_checksums(), expected);
 }
 
 // One trainer and 64 receivers (a small model): the store admits a world of 65, the group forms

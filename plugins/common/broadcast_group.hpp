@@ -3,7 +3,7 @@
 // the nccl and sparse_nccl backends (compiled into each, plugins/common).
 //
 // Trust (docs/security.md): the store admits only holders of the session secret; once the mesh
-// formed, every pair answers a challenge under the secret each way before anything else moves on
+// formed, every pair answers a challenge under the secret each way, on its socket, before Gloo reads or sends anything on
 // it, and rank 0 then closes the store. Every broadcast is preceded by a 16-byte frame naming its
 // length and its number in the session, so a receiver takes exactly the bytes it expects or
 // refuses the broadcast before a byte of it lands. SIGPIPE is blocked around every Gloo call.

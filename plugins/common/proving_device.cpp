@@ -49,6 +49,13 @@ class ProvingPair final : public tcp::Pair {
               Clock::time_point until)
       : tcp::Pair(context, device, peer, timeout), self_(self), secret_(secret), until_(until) {}
 
+  // Closed here, not by tcp::Pair's destructor: once this part is gone, the loop thread must not
+  // find the socket registered (it would call into a half-destroyed pair).
+  ~ProvingPair() override {
+    std::lock_guard<std::mutex> lock(m_);
+    if (state_ != CLOSED) tcp::Pair::changeState(CLOSED);
+  }
+
  protected:
   void changeState(state next) noexcept override {
     tcp::Pair::changeState(next);
