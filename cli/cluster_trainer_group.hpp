@@ -22,4 +22,16 @@ std::unique_ptr<TrainerGroup> join_cluster_trainer_group(
     const ClusterPlace& place, std::chrono::milliseconds join_timeout,
     std::chrono::milliseconds collective_timeout);
 
+// The ranks `wt launch` started on this host (trainer.ranks > 1): the same authenticated group, on
+// loopback. The coordinator mints the group's secret and picks rank 0's store port, and writes
+// both into the run's rendezvous directory (its own, 0700) as a file of its own (0600), which
+// each rank reads: a local stranger can neither read the secret nor end a rank through its
+// pairs' ports. Throws wt::Error naming the file when it cannot be written or read back as wt
+// wrote it (WT_ERR_SYSTEM, WT_ERR_INVALID_ARGUMENT).
+void write_host_trainer_group(const std::string& rendezvous_dir);
+std::unique_ptr<TrainerGroup> join_host_trainer_group(int rank, int size,
+                                                      const std::string& rendezvous_dir,
+                                                      std::chrono::milliseconds join_timeout,
+                                                      std::chrono::milliseconds collective_timeout);
+
 }  // namespace wt::cli

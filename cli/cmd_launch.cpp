@@ -2,6 +2,7 @@
 // prepares the checkpoint, starts the receiver (an embedded `wt serve`, or a given URL), runs one
 // process per trainer rank, draws progress, verifies every round and prints a summary.
 #include "cluster_place.hpp"
+#include "cluster_trainer_group.hpp"
 #include "commands.hpp"
 #include "launch_config.hpp"
 #include "launch_trainer.hpp"
@@ -422,6 +423,7 @@ int run_coordinator(const LaunchConfig& cfg, bool json) {
     if (mkdtemp(tmpl) == nullptr)
       throw Error(WT_ERR_SYSTEM, "cannot create a rendezvous directory in /tmp");
     rendezvous = tmpl;
+    write_host_trainer_group(rendezvous);  // rank 0's store port, the group's secret
   }
   if (!json) {
     std::string url_list;

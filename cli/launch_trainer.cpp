@@ -158,7 +158,8 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
     if (args.cluster != nullptr && ranks > 1)
       group = join_cluster_trainer_group(*args.cluster, group_timeout, between_rounds);
     else if (ranks > 1)
-      group = make_gloo_trainer_group(args.rank, ranks, args.rendezvous_dir, between_rounds);
+      group = join_host_trainer_group(args.rank, ranks, args.rendezvous_dir, group_timeout,
+                                      between_rounds);
     // A backend told to move CUDA memory (init_info.device: cuda:N) gets the checkpoint there.
     WeightSource* send_from = &source;
     std::unique_ptr<WeightSource> sharded;

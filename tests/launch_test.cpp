@@ -198,6 +198,37 @@ TEST(Launch, AReceiverRefusingItsInitIsNamedAndTheRunEndsAtOnce) {
   EXPECT_LT(s, 15) << r.output;
 }
 
+// Ranks on one host meet with the secret and port the coordinator wrote into its rendezvous
+// directory: a rank takes them only from a regular file of its user's that nobody else can read
+// (one others could read, or a link, could be a stranger's), and says which file it refused.
+TEST(Launch, ATrainerRankTakesTheGroupSecretOnlyFromAFileNobodyElseCanRead) {
+  char tmpl[] = "/tmp/wt-test-group-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  const fs::path file = dir / "trainer-group.json";
+  const std::string config = std::string(WT_SOURCE_DIR) + "/configs/ipc_two_ranks.yaml";
+  ASSERT_EQ(
+      test::run_process(std::string(WT_CLI_PATH) + " gen-checkpoint --model tiny " + dir.string())
+          .exit_code,
+      0);
+  const std::string rank1 = std::string(WT_CLI_PATH) + " launch " + config +
+                            " --trainer-rank 1 --receiver-url http://127.0.0.1:9 --checkpoint " +
+                            (dir / "model.safetensors").string() + " --rendezvous-dir " +
+                            dir.string();
+  std::ofstream(file) << nlohmann::json{{"port", 29999}, {"secret", std::string(64, 'a')}}.dump();
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+  auto readable = test::run_process(rank1);
+  EXPECT_NE(readable.exit_code, 0) << readable.output;
+  EXPECT_THAT(readable.output, HasSubstr("trainer group: " + file.string() +
+                                         ": not a file of this user's that only it can read"));
+  fs::rename(file, dir / "elsewhere.json");
+  fs::create_symlink(dir / "elsewhere.json", file);
+  auto link = test::run_process(rank1);
+  EXPECT_NE(link.exit_code, 0) << link.output;
+  EXPECT_THAT(link.output, HasSubstr("trainer group: " + file.string() + ": "));
+  fs::remove_all(dir);
+}
+
 TEST(Launch, DryRunSaysWhereThisProcessSitsUnderEachLauncherAndStartsNothing) {
   const std::string config = std::string(WT_SOURCE_DIR) + "/configs/ipc_two_ranks.yaml";
   // Whatever launcher runs this suite, its variables are not the ones under test.
