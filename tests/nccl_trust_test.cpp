@@ -62,6 +62,18 @@ std::vector<std::string> trainer(const std::vector<Served*>& receivers, int port
   return test::nccl_trainer(receivers, port, rounds, kTransferS, std::move(extra));
 }
 
+// A connection to 127.0.0.1:port, or -1 when nothing takes it.
+int dial_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
 // A stranger who knows only the port hammers the store during the rendezvous with hellos it
 // cannot sign and a SET of rank 1's address: the group forms with the real ranks, both receivers
 // are byte exact, and the trainer's log names the connections it dropped.
@@ -72,12 +84,8 @@ TEST(NcclTrust, AStrangerOnTheStorePortCannotJoinAndTheGroupStillSyncs) {
   std::atomic<int> attempts{0};
   std::thread attacker([&] {
     while (!stop) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(static_cast<uint16_t>(port));
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      const int fd = dial_loopback(port);
+      if (fd >= 0) {
         ++attempts;
         std::string forged(48, 'x');  // a nonce and a made-up MAC, then a SET of key "1"
         forged += std::string(
@@ -86,8 +94,8 @@ TEST(NcclTrust, AStrangerOnTheStorePortCannotJoinAndTheGroupStillSyncs) {
             "evil",
             14);
         ::send(fd, forged.data(), forged.size(), MSG_NOSIGNAL);
+        ::close(fd);
       }
-      ::close(fd);
       std::this_thread::sleep_for(2ms);
     }
   });
@@ -355,16 +363,10 @@ TEST(NcclTrust, AStrangerRacingThePeersToTheGlooPairPortsEndsNoProcess) {
       for (pid_t pid : pids)
         for (int port : listening_ports(pid)) {
           if (!known.insert(port).second) continue;
-          int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-          sockaddr_in addr{};
-          addr.sin_family = AF_INET;
-          addr.sin_port = htons(static_cast<uint16_t>(port));
-          addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-          if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+          const int fd = dial_loopback(port);
+          if (fd >= 0) {
             ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
             held.push_back(fd);
-          } else {
-            ::close(fd);
           }
         }
       std::this_thread::sleep_for(200us);
