@@ -172,6 +172,32 @@ TEST(ProvingDevice, AStrangerWhoTakesAPairsPortFirstAndSendsAMalformedFrameIsRef
   }
 }
 
+// A stranger connected to both ranks' pair ports passes each rank's nonce to the other and each
+// answer back: both sides accepted, so neither answer carries the dialler's role, and neither
+// rank takes the stranger's socket for its peer.
+TEST(ProvingDevice, AStrangerWhoPassesEachSidesAnswerToTheOtherIsRefused) {
+  GatedStore store;
+  TwoRanks ranks(store, 3s);
+  const int s0 = dial(pair_address(store, 0)), s1 = dial(pair_address(store, 1));
+  Nonce n0{}, n1{};
+  ASSERT_TRUE(recv_all(s0, n0.data(), n0.size()));
+  ASSERT_TRUE(recv_all(s1, n1.data(), n1.size()));
+  send_all(s0, n1.data(), n1.size());
+  send_all(s1, n0.data(), n0.size());
+  Mac a0{}, a1{};
+  ASSERT_TRUE(recv_all(s0, a0.data(), a0.size()));
+  ASSERT_TRUE(recv_all(s1, a1.data(), a1.size()));
+  send_all(s0, a1.data(), a1.size());
+  send_all(s1, a0.data(), a0.size());
+  std::this_thread::sleep_for(200ms);
+  store.open();
+  ranks.join();
+  for (int r = 0; r < 2; ++r)
+    EXPECT_THAT(ranks.errors[r], HasSubstr("did not prove the session secret")) << "rank " << r;
+  ::close(s0);
+  ::close(s1);
+}
+
 // A stranger who connects and says nothing holds the pair until the rendezvous deadline, no
 // longer; the rank it holds says why.
 TEST(ProvingDevice, ASilentStrangerFailsThePairAtTheRendezvousDeadline) {
@@ -239,7 +265,8 @@ TEST(ProvingDevice, AMalformedFrameAfterTheProofFailsThePairNotTheProcess) {
   ASSERT_TRUE(recv_all(fd, their_nonce.data(), their_nonce.size()));
   send_all(fd, my_nonce.data(), my_nonce.size());
   std::string m(as_view(their_nonce));
-  const char ranks10[8] = {1, 0, 0, 0, 0, 0, 0, 0};  // from rank 1, to rank 0
+  // From rank 1, to rank 0, as the side that accepted ('a') or dialled ('d').
+  const char ranks10[9] = {1, 0, 0, 0, 0, 0, 0, 0, rank0_dials ? 'a' : 'd'};
   m.append(ranks10, sizeof ranks10);
   const Mac answer = kSecret.mac("wt gloo pair", m);
   send_all(fd, answer.data(), answer.size());

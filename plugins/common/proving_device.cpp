@@ -20,12 +20,17 @@ namespace {
 namespace tcp = gloo::transport::tcp;
 using Clock = std::chrono::steady_clock;
 
-// What rank `from` answers to rank `to`'s challenge `nonce` on their pair.
-Mac proof_of(const SessionSecret& secret, const Nonce& nonce, int from, int to) {
+// What rank `from` answers to rank `to`'s challenge `nonce` on their pair, as the side that
+// accepted the connection or as the one that dialled it. The role matters: both sides' listening
+// sockets are open while the mesh forms, and a stranger connected to both could otherwise pass
+// each side's answer on to the other; then both sides accepted, and neither answer has the
+// dialler's role.
+Mac proof_of(const SessionSecret& secret, const Nonce& nonce, int from, int to, bool accepted) {
   std::string m(as_view(nonce));
-  unsigned char ranks[8];
+  unsigned char ranks[9];
   put_le(ranks, static_cast<uint32_t>(from), 4);
   put_le(ranks + 4, static_cast<uint32_t>(to), 4);
+  ranks[8] = accepted ? 'a' : 'd';
   m.append(reinterpret_cast<const char*>(ranks), sizeof ranks);
   return secret.mac("wt gloo pair", m);
 }
@@ -58,8 +63,35 @@ class ProvingPair final : public tcp::Pair {
 
  protected:
   void changeState(state next) noexcept override {
+    const bool accepted = state_ == LISTENING;  // else CONNECTING: this side dialled
     tcp::Pair::changeState(next);
-    if (next == CONNECTED) begin_proof();
+    if (next == CONNECTED) {
+      begin_proof(accepted);
+    } else {
+      proven_ = false;
+    }
+  }
+
+  // As tcp::Pair's, with whatever the connection handlers throw (Gloo enforces there too, e.g. on
+  // a stranger's connection reset before it was accepted) failing the pair, not the process.
+  void handleEvents(int events) override {
+    std::unique_lock<std::mutex> lock(m_, std::try_to_lock);
+    if (!lock || ex_ != nullptr) return;
+    try {
+      if (state_ == CONNECTED) {
+        handleReadWrite(events);
+      } else if (state_ == LISTENING) {
+        handleListening();
+      } else if (state_ == CONNECTING) {
+        handleConnecting();
+      }
+    } catch (const std::exception& e) {
+      fail_pair(std::make_exception_ptr(sdk::Error(
+          WT_ERR_REMOTE, fmt::format("the pair with rank {} failed: {}", rank_, e.what()))));
+    } catch (...) {
+      fail_pair(std::make_exception_ptr(
+          sdk::Error(WT_ERR_REMOTE, fmt::format("the pair with rank {} failed", rank_))));
+    }
   }
 
   void handleReadWrite(int events) override {
@@ -104,7 +136,8 @@ class ProvingPair final : public tcp::Pair {
 
   // A socket connected (the accepted one on the listening side; it can connect again when the
   // listening socket took a stranger before the user's connect replaced it): a fresh proof.
-  void begin_proof() noexcept {
+  void begin_proof(bool accepted) noexcept {
+    accepted_ = accepted;
     proven_ = false;
     received_ = 0;
     answered_ = false;
@@ -142,7 +175,7 @@ class ProvingPair final : public tcp::Pair {
       if (!answered_ && received_ >= kNonce) {
         Nonce theirs{};
         std::memcpy(theirs.data(), in, kNonce);
-        const Mac answer = proof_of(secret_, theirs, self_, rank_);
+        const Mac answer = proof_of(secret_, theirs, self_, rank_, accepted_);
         if (!send_now(answer.data(), kProof))
           return fail_pair(refusal(rank_, "could not be sent its answer"));
         answered_ = true;
@@ -150,7 +183,7 @@ class ProvingPair final : public tcp::Pair {
     }
     Mac got{};
     std::memcpy(got.data(), in + kNonce, kProof);
-    if (!same_mac(got, proof_of(secret_, mine_, rank_, self_)))
+    if (!same_mac(got, proof_of(secret_, mine_, rank_, self_, !accepted_)))
       return fail_pair(refusal(rank_, "did not prove the session secret"));
     proven_ = true;  // what follows on the socket (Gloo's frames) is Gloo's
     cv_.notify_all();
@@ -162,6 +195,7 @@ class ProvingPair final : public tcp::Pair {
   // Guarded by the pair's lock (m_), like the rest of the pair's state.
   bool proven_ = false;
   bool answered_ = false;
+  bool accepted_ = false;  // this side accepted the connection (else it dialled)
   Nonce mine_{};
   std::array<char, kNonce + kProof> in_{};
   std::size_t received_ = 0;
