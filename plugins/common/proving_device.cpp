@@ -94,20 +94,12 @@ class ProvingPair final : public tcp::Pair {
     }
   }
 
+  // Called only from handleEvents above, which turns whatever it throws into the pair's failure.
   void handleReadWrite(int events) override {
-    // Whatever Gloo throws here would reach std::terminate on its loop thread: it fails the pair.
-    try {
-      if (proven_) {
-        tcp::Pair::handleReadWrite(events);
-      } else {
-        continue_proof();
-      }
-    } catch (const std::exception& e) {
-      fail_pair(std::make_exception_ptr(sdk::Error(
-          WT_ERR_REMOTE, fmt::format("the pair with rank {} failed: {}", rank_, e.what()))));
-    } catch (...) {
-      fail_pair(std::make_exception_ptr(
-          sdk::Error(WT_ERR_REMOTE, fmt::format("the pair with rank {} failed", rank_))));
+    if (proven_) {
+      tcp::Pair::handleReadWrite(events);
+    } else {
+      continue_proof();
     }
   }
 
