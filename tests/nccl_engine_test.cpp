@@ -6,6 +6,7 @@
 #include "nccl_trainer.hpp"
 #include "nccl_worker.hpp"
 #include "packed_chunks.hpp"
+#include "round_digests.hpp"
 
 #include "support/model.hpp"
 #include "support/recording_client.hpp"
@@ -16,6 +17,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -734,6 +736,122 @@ TEST(NcclWorkerSpy, AnUpdateTextSeenLastRoundIsReusedAndAChangedOneIsReadAgain) 
     EXPECT_THAT(e.what(), HasSubstr("invalid update_info"));
   }
   EXPECT_TRUE(loader.written.empty());
+}
+
+// Round digests, on a worker fed a packed round of two chunks (164 and 68 bytes). The sender's
+// digests are computed here with xxHash directly (XXH3-128, canonical byte order, the seed both
+// ends derive from the session secret) over what the sender sent; the worker compares them with
+// what it received, and finishes only a verified round.
+struct DigestedRound {
+  PackedRound round;
+  std::vector<const void*> into;
+  std::string secret = std::string(64, 'b');
+  std::unique_ptr<nccl::NcclWorker> worker;
+  OfferingLoader loader{OfferingLoader::Layout::apart, 5, round.sizes};
+  wt_loader c = loader.c();
+
+  DigestedRound() {
+    worker = std::make_unique<nccl::NcclWorker>(
+        worker_context(),
+        json{{"master_address", "h"},
+             {"master_port", 1},
+             {"rank_offset", 1},
+             {"world_size", 2},
+             {"packed", true},
+             {"packed_buffer_size_bytes", 64},
+             {"packed_num_buffers", 2},
+             {"session_secret", secret},
+             {"round_digests", "xxh3-128"}},
+        [&](const plugins::CommunicatorOptions&) {
+          return std::make_unique<test::FeedingCommunicator>(round.stream, into);
+        });
+    worker->start();
+    worker->receive(round.update, sdk::LoaderRef(&c));
+  }
+  // The payload a sender of `sent` delivers, its broadcasts cut at `cuts` bytes.
+  json payload(const std::vector<unsigned char>& sent, const std::vector<std::size_t>& cuts) {
+    std::string bytes;
+    std::size_t at = 0;
+    for (std::size_t n : cuts) {
+      XXH128_canonical_t c;
+      XXH128_canonicalFromHash(
+          &c, XXH3_128bits_withSeed(sent.data() + at, n, plugins::digest_seed(secret)));
+      bytes.append(reinterpret_cast<const char*>(c.digest), sizeof c.digest);
+      at += n;
+    }
+    return {{"round_digests", sdk::base64_encode(bytes.data(), bytes.size())}};
+  }
+  std::string refusal(const json& digests) {
+    try {
+      worker->receive(digests, sdk::LoaderRef(&c));
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_REMOTE);
+      return e.what();
+    }
+    return "";
+  }
+};
+
+TEST(NcclWorkerDigests, ARoundThatArrivedAsSentIsVerifiedAndFinishes) {
+  DigestedRound r;
+  EXPECT_EQ(r.refusal(r.payload(r.round.stream, {164, 68})), "");
+  EXPECT_NO_THROW(r.worker->finish());
+  expect_every_tensor_as_sent(r.loader, r.round);
+}
+
+TEST(NcclWorkerDigests, BytesAlteredOnTheWayAreRefusedNamingTheChunkAndItsTensors) {
+  DigestedRound r;
+  std::vector<unsigned char> sent = r.round.stream;
+  sent[200] ^= 1;  // what the sender sent for 'e'; the relay passed on something else
+  EXPECT_THAT(r.refusal(r.payload(sent, {164, 68})),
+              HasSubstr("the bytes of the broadcast of packed chunk 2 of 2 ('d' to 'e') differ "
+                        "from what the trainer sent (digest 2 of 2 does not match)"));
+  EXPECT_THROW(r.worker->finish(), sdk::Error) << "a refused round never finishes";
+}
+
+TEST(NcclWorkerDigests, ABroadcastTheSenderNeverMadeIsRefused) {
+  DigestedRound r;
+  EXPECT_THAT(r.refusal(r.payload(r.round.stream, {164})),
+              HasSubstr("the trainer sent 1 broadcast(s) this round, 2 arrived here (the first "
+                        "extra: the broadcast of packed chunk 2 of 2 ('d' to 'e'))"));
+}
+
+TEST(NcclWorkerDigests, ARoundWhoseDigestsNeverCameDoesNotFinish) {
+  DigestedRound r;
+  try {
+    r.worker->finish();
+    FAIL() << "finished without digests";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_REMOTE);
+    EXPECT_THAT(e.what(), HasSubstr("the round's digests never arrived"));
+  }
+  // The session ended all the same: the next round starts.
+  EXPECT_NO_THROW(r.worker->start());
+}
+
+TEST(NcclWorkerDigests, MalformedOrRepeatedDigestsAreRefused) {
+  DigestedRound r;
+  try {
+    r.worker->receive(json{{"round_digests", "AAAA"}}, sdk::LoaderRef(&r.c));
+    FAIL();
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("3 bytes is not a whole number of 16-byte digests"));
+  }
+  try {
+    r.worker->receive(json{{"round_digests", ""}, {"extra", 1}}, sdk::LoaderRef(&r.c));
+    FAIL();
+  } catch (const sdk::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("extra"));
+  }
+  EXPECT_EQ(r.refusal(r.payload(r.round.stream, {164, 68})), "");
+  try {
+    r.worker->receive(r.payload(r.round.stream, {164, 68}), sdk::LoaderRef(&r.c));
+    FAIL();
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_STATE);
+    EXPECT_THAT(e.what(), HasSubstr("the round's digests arrived twice"));
+  }
 }
 
 }  // namespace

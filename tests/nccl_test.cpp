@@ -108,13 +108,28 @@ TEST_P(NcclHost, ByteExactOverSeveralRounds) {
   // chunk's tensors back to back), or copied there from the packed buffer.
   EXPECT_EQ(receiver.tensors_written_in_place(), 3 * source.tensors().size());
   // The worker init payload: vLLM's keys, and on host memory the session's secret (64 hex
-  // digits, a new one per init).
+  // digits, a new one per init) and the round digests it asks for.
   auto init = json::parse(client.calls()[0].payload);
   std::set<std::string> keys;
   for (auto it = init.begin(); it != init.end(); ++it) keys.insert(it.key());
   EXPECT_EQ(keys, (std::set<std::string>{"master_address", "master_port", "rank_offset",
                                          "world_size", "packed", "packed_buffer_size_bytes",
-                                         "packed_num_buffers", "session_secret"}));
+                                         "packed_num_buffers", "session_secret", "round_digests"}));
+  EXPECT_EQ(init["round_digests"], "xxh3-128");
+  // Each round: start, the tensors, then their digests (16 bytes per broadcast: one per tensor
+  // unpacked, one per chunk packed), then finish.
+  const auto methods = client.methods();
+  ASSERT_EQ(methods.size(), 1u + 3 * 4);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(methods[1 + 4 * round], "start");
+    EXPECT_EQ(methods[2 + 4 * round], "update");
+    EXPECT_EQ(methods[3 + 4 * round], "update");
+    EXPECT_EQ(methods[4 + 4 * round], "finish");
+    const auto digests = json::parse(client.calls()[3 + 4 * round].payload);
+    ASSERT_EQ(digests.size(), 1u);
+    const std::size_t b64 = digests["round_digests"].get<std::string>().size();
+    if (!GetParam()) EXPECT_EQ(b64, (16 * source.tensors().size() + 2) / 3 * 4);
+  }
   EXPECT_THAT(init["session_secret"].get<std::string>(), ::testing::MatchesRegex("[0-9a-f]{64}"));
   EXPECT_EQ(init["rank_offset"], 1);
 }

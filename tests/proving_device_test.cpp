@@ -220,24 +220,67 @@ TEST(ProvingDevice, ASilentStrangerFailsThePairAtTheRendezvousDeadline) {
 
 // A peer that proves the secret and then sends a frame Gloo cannot place: the pair fails with a
 // message naming the rank, the process goes on.
+// Rank 1 of a world of two, by hand, beside a real rank 0 on `store`: a socket of its own as its
+// pair's address; connect() then proves the secret on the pair's socket as a real peer would, and
+// returns that socket (Gloo's frames follow on it).
+class HandMadeRank1 {
+ public:
+  explicit HandMadeRank1(gloo::rendezvous::Store& store) : store_(store) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    mine_.sin_family = AF_INET;
+    mine_.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&mine_), sizeof mine_), 0);
+    EXPECT_EQ(::listen(listener_, 1), 0);
+    socklen_t len = sizeof mine_;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&mine_), &len);
+    sockaddr_storage ss{};
+    std::memcpy(&ss, &mine_, sizeof mine_);
+    store.set("1", gloo::transport::tcp::Address(ss).bytes());
+  }
+  ~HandMadeRank1() {
+    if (fd_ >= 0) ::close(fd_);
+    ::close(listener_);
+  }
+
+  int connect() {
+    // Who dials whom is Gloo's rule: the pair whose address compares higher (same host: port, as
+    // stored) connects to the other.
+    store_.wait({"0"}, 10s);
+    const sockaddr_storage theirs_ss =
+        gloo::transport::tcp::Address(store_.get("0")).getSockaddr();
+    sockaddr_in theirs{};
+    std::memcpy(&theirs, &theirs_ss, sizeof theirs);
+    const bool rank0_dials =
+        static_cast<int>(theirs.sin_port) - static_cast<int>(mine_.sin_port) > 0;
+    fd_ = rank0_dials ? ::accept(listener_, nullptr, nullptr) : dial(theirs_ss);
+    EXPECT_GE(fd_, 0);
+    Nonce their_nonce{}, my_nonce{};
+    my_nonce.fill(0x42);
+    EXPECT_TRUE(recv_all(fd_, their_nonce.data(), their_nonce.size()));
+    send_all(fd_, my_nonce.data(), my_nonce.size());
+    std::string m(as_view(their_nonce));
+    // From rank 1, to rank 0, as the side that accepted ('a') or dialled ('d').
+    const char ranks10[9] = {1, 0, 0, 0, 0, 0, 0, 0, rank0_dials ? 'a' : 'd'};
+    m.append(ranks10, sizeof ranks10);
+    const Mac answer = kSecret.mac("wt gloo pair", m);
+    send_all(fd_, answer.data(), answer.size());
+    Mac theirs_answer{};
+    EXPECT_TRUE(recv_all(fd_, theirs_answer.data(), theirs_answer.size()));
+    return fd_;
+  }
+
+ private:
+  gloo::rendezvous::Store& store_;
+  int listener_ = -1, fd_ = -1;
+  sockaddr_in mine_{};
+};
+
 TEST(ProvingDevice, AMalformedFrameAfterTheProofFailsThePairNotTheProcess) {
   gloo::rendezvous::HashStore store;
   auto device = make_proving_device("127.0.0.1", kSecret, Clock::now() + 10s);
   auto context = std::make_shared<gloo::rendezvous::Context>(0, 2);
   context->setTimeout(10s);
-
-  // Rank 1, by hand: a socket of its own as its pair's address.
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in mine{};
-  mine.sin_family = AF_INET;
-  mine.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&mine), sizeof mine), 0);
-  ASSERT_EQ(::listen(listener, 1), 0);
-  socklen_t len = sizeof mine;
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&mine), &len);
-  sockaddr_storage ss{};
-  std::memcpy(&ss, &mine, sizeof mine);
-  store.set("1", gloo::transport::tcp::Address(ss).bytes());
+  HandMadeRank1 rank1(store);
 
   std::string error;
   std::thread rank0([&] {
@@ -251,33 +294,51 @@ TEST(ProvingDevice, AMalformedFrameAfterTheProofFailsThePairNotTheProcess) {
       error = e.what();
     }
   });
-  // Who dials whom is Gloo's rule: the pair whose address compares higher (same host: port, as
-  // stored) connects to the other.
-  store.wait({"0"}, 10s);
-  const sockaddr_storage theirs_ss = gloo::transport::tcp::Address(store.get("0")).getSockaddr();
-  sockaddr_in theirs{};
-  std::memcpy(&theirs, &theirs_ss, sizeof theirs);
-  const bool rank0_dials = static_cast<int>(theirs.sin_port) - static_cast<int>(mine.sin_port) > 0;
-  const int fd = rank0_dials ? ::accept(listener, nullptr, nullptr) : dial(theirs_ss);
-  ASSERT_GE(fd, 0);
-  Nonce their_nonce{}, my_nonce{};
-  my_nonce.fill(0x42);
-  ASSERT_TRUE(recv_all(fd, their_nonce.data(), their_nonce.size()));
-  send_all(fd, my_nonce.data(), my_nonce.size());
-  std::string m(as_view(their_nonce));
-  // From rank 1, to rank 0, as the side that accepted ('a') or dialled ('d').
-  const char ranks10[9] = {1, 0, 0, 0, 0, 0, 0, 0, rank0_dials ? 'a' : 'd'};
-  m.append(ranks10, sizeof ranks10);
-  const Mac answer = kSecret.mac("wt gloo pair", m);
-  send_all(fd, answer.data(), answer.size());
-  Mac theirs_answer{};
-  ASSERT_TRUE(recv_all(fd, theirs_answer.data(), theirs_answer.size()));
+  const int fd = rank1.connect();
   const std::vector<char> frame = malformed_frame();
   send_all(fd, frame.data(), frame.size());
   rank0.join();
   EXPECT_THAT(error, HasSubstr("the pair with rank 1 failed"));
-  ::close(fd);
-  ::close(listener);
+}
+
+// A peer that holds the secret answers a 32-byte receive with a 16-byte message. Plain Gloo
+// completes the receive, and the other 16 bytes keep whatever the buffer held: a receiver would
+// commit bytes nobody sent. The pair refuses the message before a byte of it lands.
+TEST(ProvingDevice, AMessageShorterThanItsReceiveFailsThePairAndLandsNothing) {
+  gloo::rendezvous::HashStore store;
+  auto device = make_proving_device("127.0.0.1", kSecret, Clock::now() + 10s);
+  auto context = std::make_shared<gloo::rendezvous::Context>(0, 2);
+  context->setTimeout(10s);
+  HandMadeRank1 rank1(store);
+
+  std::vector<unsigned char> into(32, 0x5a);
+  std::string error;
+  bool completed = false;
+  std::thread rank0([&] {
+    try {
+      context->connectFullMesh(store, device);
+      auto buf = context->createUnboundBuffer(into.data(), into.size());
+      buf->recv(1, 5);
+      completed = buf->waitRecv(10s);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  const int fd = rank1.connect();
+  // Rank 0's "ready to receive" for slot 5, then 16 bytes for it.
+  uint64_t ready[6] = {};
+  ASSERT_TRUE(recv_all(fd, ready, sizeof ready));
+  ASSERT_EQ(ready[1], 3u);  // NOTIFY_RECV_READY
+  ASSERT_EQ(ready[2], 5u);
+  ASSERT_EQ(ready[4], 32u);
+  uint64_t preamble[6] = {48 + 16, /*SEND_UNBOUND_BUFFER*/ 1, /*slot*/ 5, 0, 16, 0};
+  std::vector<char> frame(sizeof preamble + 16, 'x');
+  std::memcpy(frame.data(), preamble, sizeof preamble);
+  send_all(fd, frame.data(), frame.size());
+  rank0.join();
+  EXPECT_FALSE(completed);
+  EXPECT_THAT(error, HasSubstr("rank 1 sent a message of 16 bytes for a receive of 32 bytes"));
+  EXPECT_EQ(into, std::vector<unsigned char>(32, 0x5a));
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include <wt/json_parse.hpp>
 #include <wt/log.hpp>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -5,6 +6,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 namespace wt {
 namespace {
@@ -18,6 +20,27 @@ spdlog::level::level_enum level_from_env() {
     return fallback;
   }
   return level;
+}
+
+bool names_a_secret(std::string_view key) {
+  auto ends_with = [&](std::string_view tail) {
+    return key.size() >= tail.size() && key.substr(key.size() - tail.size()) == tail;
+  };
+  return ends_with("secret") || ends_with("token") || ends_with("password") ||
+         key == "nccl_unique_id_b64";
+}
+
+void redact(nlohmann::json& j) {  // depth bounded by parse_json's limit
+  if (j.is_object()) {
+    for (auto& [key, value] : j.items()) {
+      if (names_a_secret(key))
+        value = "<redacted>";
+      else
+        redact(value);
+    }
+  } else if (j.is_array()) {
+    for (auto& v : j) redact(v);
+  }
 }
 
 std::mutex& log_mutex() {
@@ -39,6 +62,19 @@ std::shared_ptr<spdlog::logger> logger(const std::string& name) {
 void reload_log_level() {
   auto level = level_from_env();
   spdlog::apply_all([level](const std::shared_ptr<spdlog::logger>& l) { l->set_level(level); });
+}
+
+std::string redacted_json(std::string_view json_text, std::size_t max_chars) {
+  nlohmann::json j;
+  try {
+    j = parse_json(json_text);
+  } catch (const std::exception&) {
+    return "<not JSON: " + std::to_string(json_text.size()) + " bytes>";
+  }
+  redact(j);
+  std::string out = j.dump();
+  if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
+  return out;
 }
 
 }  // namespace wt

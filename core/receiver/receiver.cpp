@@ -375,8 +375,8 @@ void Receiver::init_weight_transfer_engine(nlohmann::json init_info) {
   std::shared_ptr<WorkerEngine> created = WorkerEngine::create(options_.backend, text, wopts);
   std::lock_guard<std::mutex> e(engine_mu_);
   engine_ = std::move(created);
-  logger()->info("receiver: {} worker engine initialised with {}{}", options_.backend,
-                 text.substr(0, 512), text.size() > 512 ? "..." : "");
+  logger()->info("receiver: {} worker engine initialised with {}", options_.backend,
+                 redacted_json(text));
 }
 
 void Receiver::load_base(WeightSource& source) {

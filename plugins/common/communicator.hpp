@@ -6,11 +6,13 @@
 
 #include <dlpack/dlpack.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace wt::plugins {
 
@@ -28,6 +30,13 @@ struct CommunicatorOptions {
   // Gloo only: polled while the rendezvous waits for peers; true ends it at once
   // (WT_ERR_ABORTED), as when the init call the peers join inside has already failed.
   std::function<bool()> give_up;
+};
+
+// One broadcast's digest, as a domain that digests them records it (round_digests.hpp), and what
+// the broadcast was (its `what`, which names the tensor or chunk).
+struct BroadcastDigest {
+  std::array<unsigned char, 16> digest{};
+  std::string what;
 };
 
 class Communicator {
@@ -49,6 +58,10 @@ class Communicator {
   // failed round drops the group first; NCCL's does not, so a failed round aborts it, tells the
   // inference side, and the group goes only when the engine does (retire_broken).
   virtual bool peers_see_it_close() const { return true; }
+  // The digests of the broadcasts since the last call, in order, and forgets them. A domain that
+  // does not digest (NCCL, the unit tests' spies) has none.
+  virtual std::vector<BroadcastDigest> take_digests() { return {}; }
+  virtual bool digests() const { return false; }
 };
 
 // After a round failed once a collective began: the group is done. One whose closing tells its

@@ -2,6 +2,7 @@
 
 #include "broadcast_group.hpp"
 #include "nccl_communicator.hpp"
+#include "round_digests.hpp"
 #include "session_secret.hpp"
 #include "tcp_store.hpp"
 
@@ -31,8 +32,10 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
     auto store = std::make_shared<std::unique_ptr<TcpStoreServer>>(
         std::make_unique<TcpStoreServer>(o.master_address, o.master_port, secret,
                                          TcpStoreServer::Limits::for_world(o.world_size), o.warn));
-    make = [store](const CommunicatorOptions& opts) {
-      return std::make_unique<BroadcastGroup>(opts, std::move(*store));
+    // Every broadcast digested, the digests delivered after the data (round_digests.hpp).
+    make = [store, seed = digest_seed(o.session_secret)](const CommunicatorOptions& opts) {
+      return std::make_unique<DigestedDomain>(
+          std::make_unique<BroadcastGroup>(opts, std::move(*store)), true, seed);
     };
   } else if (!make) {
     unique_id = NcclCommunicator::unique_id_b64();
@@ -44,11 +47,18 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
   }
   // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
   nlohmann::json info = worker_init_info(unique_id);
-  if (!o.session_secret.empty()) info["session_secret"] = o.session_secret;
-  auto rpc = std::make_unique<AsyncRpc>(
-      [client, text = info.dump()] { client.init_weight_transfer_engine(text); }, &aborted);
+  if (!o.session_secret.empty()) {
+    info["session_secret"] = o.session_secret;
+    info[kRoundDigestsKey] = kRoundDigestsAlgorithm;
+  }
   // Workers that refused the init never come: stop waiting for them then, not at the deadline.
-  o.give_up = [r = rpc.get()] { return r->done() && r->error() != nullptr; };
+  // The rendezvous may poll this from a thread that outlives this call (a mesh that never formed):
+  // it owns what it polls.
+  auto refused = std::make_shared<std::atomic<bool>>(false);
+  auto rpc = std::make_unique<AsyncRpc>(
+      [client, text = info.dump()] { client.init_weight_transfer_engine(text); }, &aborted,
+      [refused] { *refused = true; });
+  o.give_up = [refused] { return refused->load(); };
   std::unique_ptr<Communicator> comm;
   try {
     comm = make(o);
@@ -85,6 +95,20 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
     if (r.has("session_secret"))
       w.options.session_secret =
           SessionSecret::from_hex(r.get_string("session_secret"), "session_secret").hex();
+    // And whether it digests every broadcast (wt 0.3 senders): then each round is verified.
+    if (r.has(kRoundDigestsKey)) {
+      const std::string algorithm = r.get_string(kRoundDigestsKey);
+      if (algorithm != kRoundDigestsAlgorithm)
+        sdk::fail_field(kRoundDigestsKey, WT_ERR_INVALID_ARGUMENT,
+                        "invalid {}: field '{}' must be \"{}\", got \"{}\"", what,
+                        kRoundDigestsKey, kRoundDigestsAlgorithm, algorithm);
+      if (w.options.session_secret.empty())
+        sdk::fail_field(kRoundDigestsKey, WT_ERR_INVALID_ARGUMENT,
+                        "invalid {}: field '{}' needs the session_secret its digests are seeded "
+                        "from",
+                        what, kRoundDigestsKey);
+      w.round_digests = true;
+    }
   }
   const int64_t rank_offset = r.get_int("rank_offset");
   const int64_t world_size = r.get_int("world_size");
@@ -130,6 +154,14 @@ void read_worker_deadlines(const sdk::WorkerContext& context, const std::string&
 
 std::unique_ptr<Communicator> join_worker_domain(const WorkerInit& init, DLDevice device,
                                                  CommunicatorFactory make) {
+  auto domain = join_plain_domain(init, device, std::move(make));
+  if (!init.round_digests) return domain;
+  return std::make_unique<DigestedDomain>(std::move(domain), false,
+                                          digest_seed(init.options.session_secret));
+}
+
+std::unique_ptr<Communicator> join_plain_domain(const WorkerInit& init, DLDevice device,
+                                                CommunicatorFactory make) {
   if (make) return make(init.options);
   const bool cuda = device.device_type == kDLCUDA;
   if (device.device_type != kDLCPU && !cuda)

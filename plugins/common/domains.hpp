@@ -53,6 +53,7 @@ struct WorkerInit {
   int64_t buffer_bytes = int64_t{1} << 30;
   int64_t num_buffers = 2;
   std::map<std::string, std::string> extra;  // the backend's own string fields, when present
+  bool round_digests = false;  // every broadcast digested and each round verified (host memory)
 };
 
 // The largest world a worker accepts (ranks are ints on every transport).
@@ -70,7 +71,11 @@ void read_worker_deadlines(const sdk::WorkerContext& context, const std::string&
 
 // Joins: NCCL on a CUDA device (needs the unique id), Gloo on the CPU (needs address and port);
 // the other way round is refused with the reason. make: empty for those (tests pass a spy).
+// With round_digests, the domain digests what arrives (round_digests.hpp), whatever `make` gave.
 std::unique_ptr<Communicator> join_worker_domain(const WorkerInit& init, DLDevice device,
                                                  CommunicatorFactory make);
+// The domain alone, undigested.
+std::unique_ptr<Communicator> join_plain_domain(const WorkerInit& init, DLDevice device,
+                                                CommunicatorFactory make);
 
 }  // namespace wt::plugins

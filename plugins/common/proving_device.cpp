@@ -103,6 +103,43 @@ class ProvingPair final : public tcp::Pair {
     }
   }
 
+  // Every message for a receive is exactly as long as the receive posted: Gloo itself completes
+  // a receive that got fewer bytes, leaving the rest of the buffer as it was, so a peer could
+  // make a receiver take bytes nobody sent. The header is read here first (as Gloo would read
+  // it) and checked against the posted receive; a shorter or longer message fails the pair,
+  // naming both lengths, before a byte of it lands. Sync mode (blocking reads on the caller's
+  // thread) is not used by wt and is left to Gloo.
+  bool read() override {
+    if (state_ == CLOSED || !proven_ || sync_) return tcp::Pair::read();
+    auto* header = reinterpret_cast<char*>(&rx_.preamble);
+    if (rx_.nread < sizeof(rx_.preamble)) header_checked_ = false;  // a new message
+    while (rx_.nread < sizeof(rx_.preamble)) {
+      const ssize_t rv =
+          ::recv(fd_, header + rx_.nread, sizeof(rx_.preamble) - rx_.nread, MSG_DONTWAIT);
+      if (rv == 0 || (rv < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+        return tcp::Pair::read();  // Gloo's own handling of a closed or failed socket
+      if (rv < 0 && errno == EINTR) continue;
+      if (rv < 0) return false;  // the rest of the header comes with a later event
+      rx_.nread += static_cast<std::size_t>(rv);
+    }
+    if (!header_checked_ && rx_.getOpcode() == tcp::Op::SEND_UNBOUND_BUFFER) {
+      header_checked_ = true;  // Gloo takes the posted receive off its queue once, next
+      auto it = localPendingRecv_.find(rx_.preamble.slot);
+      if (it != localPendingRecv_.end() && !it->second.empty()) {
+        const std::size_t posted = std::get<2>(it->second.front());
+        if (rx_.preamble.length != posted) {
+          fail_pair(std::make_exception_ptr(sdk::Error(
+              WT_ERR_REMOTE,
+              fmt::format("rank {} sent a message of {} bytes for a receive of {} bytes; it was "
+                          "refused before any of it landed",
+                          rank_, rx_.preamble.length, posted))));
+          return false;
+        }
+      }
+    }
+    return tcp::Pair::read();
+  }
+
   // Connected means proven: the user's connect returns only once the peer's answer checked out.
   void waitUntilConnected(std::unique_lock<std::mutex>& lock, bool use_timeout) override {
     tcp::Pair::waitUntilConnected(lock, use_timeout);
@@ -188,6 +225,7 @@ class ProvingPair final : public tcp::Pair {
   bool proven_ = false;
   bool answered_ = false;
   bool accepted_ = false;  // this side accepted the connection (else it dialled)
+  bool header_checked_ = false;  // the message being read was checked against its receive
   Nonce mine_{};
   std::array<char, kNonce + kProof> in_{};
   std::size_t received_ = 0;

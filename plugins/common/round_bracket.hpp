@@ -64,9 +64,12 @@ class RoundBracket {
 
   // One round: `transfer(Round&)` does the collectives, `on_failure(collective_started)` drops
   // what a failed round broke (the group, once a collective began). Throws the round's error.
+  // `verification`, when given, returns the round's digests to deliver once the transfer and its
+  // update call succeeded (empty: none); a receiver that refuses them fails the round.
   template <typename Transfer, typename OnFailure>
   void run(const std::string& update_text, Transfer&& transfer, OnFailure&& on_failure,
-           const char* weight_version) {
+           const char* weight_version,
+           const std::function<std::string()>& verification = nullptr) {
     client_.start_weight_update();
     auto watch = std::make_shared<Round::Watch>();
     // Dekker-style with before_collective(): the watcher sets `failed` then looks at `started`,
@@ -84,6 +87,9 @@ class RoundBracket {
       if (rpc->done()) rpc->wait(aborted_);
       transfer(round);
       rpc->wait(aborted_);
+      if (verification)
+        if (const std::string digests = verification(); !digests.empty())
+          client_.update_weights(digests);
     } catch (...) {
       std::exception_ptr error = std::current_exception();
       // A transfer that broke because its receiver refused or died: the RPC says which, and

@@ -1,5 +1,7 @@
 #include "m2n_trainer.hpp"
 
+#include <atomic>
+
 #include "../common/device_bytes.hpp"
 #include "../common/gloo_mesh.hpp"
 #include "../common/nccl_communicator.hpp"
@@ -137,11 +139,13 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
       worker_info["master_port"] = o.master_port;
       worker_info["session_secret"] = o.session_secret;
     }
+    // Workers that refused the init never come: stop waiting for them then. The rendezvous may
+    // poll this from a thread that outlives this constructor: it owns what it polls.
+    auto refused = std::make_shared<std::atomic<bool>>(false);
     rpc = std::make_unique<plugins::AsyncRpc>(
         [c = client_, text = worker_info.dump()] { c.init_weight_transfer_engine(text); },
-        &aborted_);
-    // Workers that refused the init never come: stop waiting for them then.
-    o.give_up = [r = rpc.get()] { return r->done() && r->error() != nullptr; };
+        &aborted_, [refused] { *refused = true; });
+    o.give_up = [refused] { return refused->load(); };
   }
   try {
     if (cuda_device_ >= 0) {

@@ -2,6 +2,7 @@
 
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
+#include "../common/round_digests.hpp"
 #include "broadcast_pipeline.hpp"
 #include "packed_chunks.hpp"
 
@@ -85,6 +86,7 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
   }
   if (group_ == nullptr || group_->broken())
     fail(WT_ERR_STATE, "the nccl group broke in an earlier round; create the trainer engine again");
+  group_->take_digests();  // the round's own only
   plugins::RoundBracket bracket(client_, aborted_, parked_, [this] {
     std::lock_guard<std::mutex> l(group_mu_);
     if (group_) group_->abort();
@@ -103,7 +105,7 @@ void NcclTrainer::send_weights(const sdk::SendArgs& args) {
           plugins::retire_broken(group_, retired_);
         }
       },
-      args.weight_version);
+      args.weight_version, [this] { return plugins::round_verification(group_.get()); });
 }
 
 unsigned char* NcclTrainer::packed_buffer(std::size_t slot, uint64_t bytes) {

@@ -23,6 +23,7 @@ NcclWorker::NcclWorker(const sdk::WorkerContext& context, const nlohmann::json& 
   buffer_bytes_ = init.buffer_bytes;
   num_buffers_ = init.num_buffers;
   group_ = plugins::join_worker_domain(init, device_, std::move(make_communicator));
+  session_.expect_digests(init.round_digests);
   log_.debug("worker ready: rank {} of {}, packed={}", init.options.rank, init.options.world_size,
              packed_);
 }
@@ -60,6 +61,7 @@ plugins::ParamList read_update_info(const nlohmann::json& update_info) {
 
 void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
   plugins::WorkerSession::Receiving receiving(session_);
+  if (session_.verified(*group_, update_info)) return;
   receive_list(read_update_info(update_info), loader);
 }
 
@@ -69,7 +71,9 @@ void NcclWorker::receive_text(const char* update_info, const sdk::LoaderRef& loa
   // reading them again would cost milliseconds before the first chunk is received.
   if (update_info == nullptr || last_update_text_.empty() || last_update_text_ != update_info) {
     last_update_text_.clear();
-    last_list_ = read_update_info(sdk::parse_json_text(update_info, "update_info"));
+    const nlohmann::json parsed = sdk::parse_json_text(update_info, "update_info");
+    if (session_.verified(*group_, parsed)) return;  // the round's digests, not tensors
+    last_list_ = read_update_info(parsed);
     last_update_text_ = update_info;
   }
   receive_list(last_list_, loader);
@@ -130,9 +134,12 @@ void NcclWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderR
         target.in_place ? target.places.front() : chunk_buffer(c % slots, chunks[c].bytes);
     target.buffer = into;
     in_place_chunks_ += target.in_place;
+    const auto& first = list.params[chunks[c].first].name;
+    const auto& last = list.params[chunks[c].last - 1].name;
     pipeline.submit(c % slots, into, chunks[c].bytes, kBytes,
                     "broadcast of packed chunk " + std::to_string(c + 1) + " of " +
-                        std::to_string(chunks.size()));
+                        std::to_string(chunks.size()) + " ('" + first +
+                        (chunks[c].last - chunks[c].first > 1 ? "' to '" + last : "") + "')");
   };
   const uint64_t in_place_before = in_place_chunks_;
   for (std::size_t c = 0; c < std::min(slots, chunks.size()); ++c) submit(c);

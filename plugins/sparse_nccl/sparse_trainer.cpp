@@ -2,6 +2,7 @@
 
 #include "../common/device_bytes.hpp"
 #include "../common/domains.hpp"
+#include "../common/round_digests.hpp"
 #include "packed_round.hpp"
 #include "patch_rules.hpp"
 
@@ -79,6 +80,7 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
     update["shapes"].push_back(p.full_shape);
     update["num_updates_list"].push_back(p.count);
   }
+  group_->take_digests();  // the round's own only
   plugins::RoundBracket bracket(client_, aborted_, parked_, [this] {
     std::lock_guard<std::mutex> l(group_mu_);
     if (group_) group_->abort();
@@ -110,7 +112,7 @@ void SparseTrainer::send_weights(const sdk::SendArgs& args) {
           plugins::retire_broken(group_, retired_);
         }
       },
-      args.weight_version);
+      args.weight_version, [this] { return plugins::round_verification(group_.get()); });
   // The broadcasts are done with the patches' memory (each waited for its stream): the caller may
   // free or rebuild them now.
 }

@@ -58,6 +58,7 @@ SparseWorker::SparseWorker(const sdk::WorkerContext& context, const nlohmann::js
     pack_host_rounds_ = it->second == "packed";
   }
   group_ = plugins::join_worker_domain(init, device_, std::move(make_communicator));
+  session_.expect_digests(init.round_digests);
   log_.debug("worker ready: rank {} of {}", init.options.rank, init.options.world_size);
 }
 
@@ -67,6 +68,7 @@ void SparseWorker::start() {
 
 void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
   plugins::WorkerSession::Receiving receiving(session_);
+  if (session_.verified(*group_, update_info)) return;  // the round's digests, not patches
   // vLLM's SparseNCCLWeightTransferUpdateInfo: names, dtype_names, full shapes, num_updates_list.
   sdk::FieldReader r(update_info, "update_info for backend 'sparse_nccl'");
   auto list = plugins::read_param_list(r);

@@ -1,0 +1,106 @@
+#include "round_digests.hpp"
+
+#include "session_secret.hpp"
+
+#include <wt/sdk/base64.hpp>
+#include <wt/sdk/errors.hpp>
+#include <wt/sdk/json_fields.hpp>
+
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace wt::plugins {
+
+using sdk::fail;
+
+uint64_t digest_seed(const std::string& session_secret_hex) {
+  const Mac m =
+      SessionSecret::from_hex(session_secret_hex, "session_secret").mac("wt round digests", "");
+  uint64_t seed = 0;
+  std::memcpy(&seed, m.data(), sizeof seed);
+  return seed;
+}
+
+Digest digest_of(const void* data, std::size_t bytes, uint64_t seed) {
+  const XXH128_hash_t h = XXH3_128bits_withSeed(data, bytes, seed);
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  Digest d;
+  std::memcpy(d.data(), c.digest, d.size());
+  return d;
+}
+
+void DigestedDomain::broadcast(void* data, std::size_t bytes, DLDataType dtype, int root,
+                               const std::string& what) {
+  BroadcastDigest d;
+  d.what = what;
+  if (root_) d.digest = digest_of(data, bytes, seed_);  // what is sent, before it goes
+  inner_->broadcast(data, bytes, dtype, root, what);
+  if (!root_) d.digest = digest_of(data, bytes, seed_);  // what arrived
+  std::lock_guard<std::mutex> l(mu_);
+  digests_.push_back(std::move(d));
+}
+
+std::vector<BroadcastDigest> DigestedDomain::take_digests() {
+  std::lock_guard<std::mutex> l(mu_);
+  return std::exchange(digests_, {});
+}
+
+std::string verification_payload(const std::vector<BroadcastDigest>& digests) {
+  std::string bytes;
+  bytes.reserve(digests.size() * sizeof(Digest));
+  for (const auto& d : digests)
+    bytes.append(reinterpret_cast<const char*>(d.digest.data()), d.digest.size());
+  return nlohmann::json{{kRoundDigestsKey, sdk::base64_encode(bytes.data(), bytes.size())}}.dump();
+}
+
+void RoundVerifier::begin(Communicator& domain) {
+  verified_ = false;
+  domain.take_digests();  // what an earlier, failed round left
+}
+
+bool RoundVerifier::is_verification(const nlohmann::json& update_info) {
+  return update_info.is_object() && update_info.contains(kRoundDigestsKey);
+}
+
+void RoundVerifier::verify(Communicator& domain, const nlohmann::json& update_info) {
+  const std::string what = "the round's digests (update_info)";
+  sdk::FieldReader r(update_info, what);
+  const std::string sent = sdk::base64_decode(r.get_string(kRoundDigestsKey), kRoundDigestsKey);
+  r.finish();
+  if (!expected_)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid {}: this worker was not initialised for round digests (its init info has no "
+         "'{}')",
+         what, kRoundDigestsKey);
+  if (verified_) fail(WT_ERR_STATE, "the round's digests arrived twice");
+  if (sent.size() % sizeof(Digest) != 0)
+    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: {} bytes is not a whole number of {}-byte digests",
+         what, sent.size(), sizeof(Digest));
+  const std::vector<BroadcastDigest> got = domain.take_digests();
+  const std::size_t n = sent.size() / sizeof(Digest);
+  for (std::size_t i = 0; i < std::min(n, got.size()); ++i)
+    if (std::memcmp(sent.data() + i * sizeof(Digest), got[i].digest.data(), sizeof(Digest)) != 0)
+      fail(WT_ERR_REMOTE,
+           "the bytes of the {} differ from what the trainer sent (digest {} of {} does not "
+           "match): a peer on the data plane altered them; the round is refused and nothing of it "
+           "is committed",
+           got[i].what, i + 1, n);
+  if (n != got.size())
+    fail(WT_ERR_REMOTE,
+         "the trainer sent {} broadcast(s) this round, {} arrived here{}: the round is refused and "
+         "nothing of it is committed",
+         n, got.size(),
+         got.size() > n ? " (the first extra: the " + got[n].what + ")" : std::string());
+  verified_ = true;
+}
+
+void RoundVerifier::check_finish() const {
+  if (expected_ && !verified_)
+    fail(WT_ERR_REMOTE,
+         "the round's digests never arrived (the trainer sends them in an update_weights call "
+         "after the data): the round is refused and nothing of it is committed");
+}
+
+}  // namespace wt::plugins
