@@ -1,4 +1,5 @@
 // Init infos from JSON and YAML, parsed strictly by the backend's own plugin.
+#include <wt/log.hpp>
 #include <wt/wt.hpp>
 
 #include "support/recording_client.hpp"
@@ -126,6 +127,28 @@ TEST(InitInfo, TheSparseBackendTakesNoSource) {
     EXPECT_THAT(e.what(), HasSubstr("WT_CAP_SPARSE"));
   }
   EXPECT_TRUE(client.calls().empty());
+}
+
+// What a log line may show of a JSON body: secrets at any depth hidden, the rest kept, anything
+// that is not JSON not shown at all, and the result bounded.
+TEST(RedactedJson, HidesSecretsAtAnyDepthAndKeepsTheRest) {
+  const std::string secret(64, 'a');
+  const std::string text = R"({"session_secret":")" + secret +
+                           R"(","master_port":29500,"replicas":[{"token":"t0k","url":"u"}],)"
+                           R"("nested":{"trainer_secret":"s","nccl_unique_id_b64":"AAAA"},)"
+                           R"("secretive":"kept"})";
+  const std::string out = redacted_json(text, 4096);
+  EXPECT_EQ(out.find(secret), std::string::npos);
+  EXPECT_EQ(out.find("t0k"), std::string::npos);
+  EXPECT_EQ(out.find("AAAA"), std::string::npos);
+  EXPECT_EQ(out.find(R"("s")"), std::string::npos);
+  EXPECT_THAT(out, HasSubstr(R"("session_secret":"<redacted>")"));
+  EXPECT_THAT(out, HasSubstr(R"("master_port":29500)"));
+  EXPECT_THAT(out, HasSubstr(R"("url":"u")"));
+  EXPECT_THAT(out, HasSubstr(R"("secretive":"kept")"));
+  EXPECT_EQ(redacted_json(R"({"session_secret": "x")"), "<not JSON: 22 bytes>");
+  EXPECT_EQ(redacted_json(std::string(100000, '[')), "<not JSON: 100000 bytes>");
+  EXPECT_EQ(redacted_json(R"({"k":")" + std::string(600, 'v') + R"("})").size(), 512u + 3);
 }
 
 }  // namespace
