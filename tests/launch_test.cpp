@@ -11,8 +11,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 #include <fstream>
+#include <regex>
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -128,8 +128,9 @@ TEST(Launch, NoSecretReachesTheLogsAtTraceLevel) {
                                " launch " + cfg);
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr("initialised with {")) << name;
-    if (std::string(name) != "m2n_host.yaml")  // m2n's line ends in its plan, before the secret
+    if (std::string(name) != "m2n_host.yaml") {  // m2n's line ends in its plan, before the secret
       EXPECT_THAT(r.output, HasSubstr(R"("session_secret":"<redacted>")")) << name;
+    }
     std::smatch m;
     EXPECT_FALSE(std::regex_search(r.output, m, std::regex("[0-9a-f]{64}")))
         << name << ": " << m.str();

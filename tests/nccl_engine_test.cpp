@@ -854,5 +854,30 @@ TEST(NcclWorkerDigests, MalformedOrRepeatedDigestsAreRefused) {
   }
 }
 
+// A broadcast above 4 MiB is digested as the digest of its blocks' digests (so that both ends hash
+// on several threads); computed here by hand with xxHash for a 9 MiB + 1 buffer, on 1 and 3
+// threads alike, and one changed byte in the last block changes it.
+TEST(RoundDigests, ALargeBroadcastIsTheDigestOfItsBlocksDigests) {
+  const std::size_t block = std::size_t{4} << 20, n = 9 * (std::size_t{1} << 20) + 1;
+  std::vector<unsigned char> data(n);
+  for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<unsigned char>(i * 2654435761u >> 13);
+  const uint64_t seed = 0x1234;
+  std::string parts;
+  for (std::size_t at = 0; at < n; at += block) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(
+        &c, XXH3_128bits_withSeed(data.data() + at, std::min(block, n - at), seed));
+    parts.append(reinterpret_cast<const char*>(c.digest), sizeof c.digest);
+  }
+  XXH128_canonical_t whole;
+  XXH128_canonicalFromHash(&whole, XXH3_128bits_withSeed(parts.data(), parts.size(), seed + n));
+  plugins::Digest expected;
+  std::memcpy(expected.data(), whole.digest, expected.size());
+  EXPECT_EQ(plugins::digest_of(data.data(), n, seed, 1), expected);
+  EXPECT_EQ(plugins::digest_of(data.data(), n, seed, 3), expected);
+  data[n - 1] ^= 0x80;
+  EXPECT_NE(plugins::digest_of(data.data(), n, seed, 3), expected);
+}
+
 }  // namespace
 }  // namespace wt

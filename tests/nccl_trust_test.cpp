@@ -1,12 +1,15 @@
 // The nccl and sparse_nccl host path as an attacker and a failing peer see it, across real
 // processes (`wt serve` receivers, wt_test_trainer): a stranger on the store's port during the
 // rendezvous, a sender (this process, holding the session's secret) broadcasting more or fewer
-// bytes than its update info promised or NaN in sparse values, a receiver stopped or killed
-// inside a broadcast, a stranger racing the peers to the Gloo pair ports, a trainer that drifted
-// from the model the receivers hold, 200 clients polling a receiver during rounds, and a group of
-// one trainer and 64 receivers. Each prints the time from fault to report.
+// bytes than its update info promised or NaN in sparse values, a receiver (this process, holding
+// the secret too) that alters what it relays down Gloo's broadcast tree, a receiver stopped or
+// killed inside a broadcast, a stranger racing the peers to the Gloo pair ports, a trainer that
+// drifted from the model the receivers hold, 200 clients polling a receiver during rounds, and a
+// group of one trainer and 64 receivers. Each prints the time from fault to report.
 #include "broadcast_group.hpp"
+#include "gloo_mesh.hpp"
 #include "session_secret.hpp"
+#include "sigpipe_guard.hpp"
 
 #include <wt/services/http_client.hpp>
 
@@ -15,6 +18,7 @@
 #include "support/model.hpp"
 #include "support/nccl_processes.hpp"
 
+#include <gloo/types.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -31,8 +35,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -217,6 +223,168 @@ TEST(NcclTrust, ASparseRoundOfTheWrongLengthOrWithNaNIsRefusedAndChangesNothing)
   EXPECT_THAT(s.round(update, {round}),
               HasSubstr("sparse patch 'w': values hold NaN (at position 1)"));
   EXPECT_TRUE(HttpClient(a.url).weight_checksums().empty());
+}
+
+// Receiver rank 1 of a world of 4, played by this process: an insider holding the session secret,
+// as every receiver does. It answers the trainer's calls as `wt serve` does and, inside each
+// update, relays every broadcast down Gloo's binomial tree by hand (from rank 0, on to rank 3),
+// flipping one byte of tensor `alter` in round `alter_round` as it forwards it.
+struct RelayingReceiver {
+  const std::string alter;
+  const int alter_round;
+  const std::chrono::milliseconds timeout{kTransferS * 1000};
+  httplib::Server server;
+  std::thread thread;
+  int port = 0;
+  std::mutex mu;  // guards what follows: the handlers run on the server's threads
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  int round = -1;
+  Clock::time_point started;  // the altered round's start
+  bool altered = false;
+  std::vector<std::string> failures;  // what failed in here, for the test's messages
+
+  RelayingReceiver(std::string alter_, int alter_round_)
+      : alter(std::move(alter_)), alter_round(alter_round_) {
+    server.Get("/get_world_size", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(json{{"world_size", 1}}.dump(), "application/json");
+    });
+    auto post = [this](const char* path, std::function<void(const httplib::Request&)> f) {
+      server.Post(path, [this, f](const httplib::Request& req, httplib::Response& res) {
+        try {
+          f(req);
+          res.set_content(R"({"message":"ok"})", "application/json");
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> l(mu);
+          failures.push_back(req.path + ": " + e.what());
+          res.status = 500;
+          res.set_content(json{{"detail", e.what()}}.dump(), "application/json");
+        }
+      });
+    };
+    post("/init_weight_transfer_engine",
+         [this](const httplib::Request& req) { join(json::parse(req.body).at("init_info")); });
+    post("/start_weight_update", [this](const httplib::Request&) {
+      std::lock_guard<std::mutex> l(mu);
+      if (++round == alter_round) started = Clock::now();
+    });
+    post("/update_weights", [this](const httplib::Request& req) {
+      const json info = json::parse(req.body).at("update_info");
+      // The digests (this rank kept none to compare), or a failed round's end (the trainer's
+      // Client::end_weight_update is an update_weights call), or the tensors.
+      if (!info.contains("round_digests") && !info.contains("wt_end_weight_update"))
+        relay_round(info.at("names"));
+    });
+    post("/finish_weight_update", [](const httplib::Request&) {});
+    post("/end_weight_update", [](const httplib::Request&) {});
+    port = server.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { server.listen_after_bind(); });
+    while (!server.is_running()) std::this_thread::sleep_for(1ms);
+  }
+  ~RelayingReceiver() {
+    server.stop();
+    thread.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+
+  // Joins the Gloo mesh with wt's own rendezvous, as the rank the init info names.
+  void join(const json& info) {
+    plugins::CommunicatorOptions o;
+    o.master_address = info.at("master_address").get<std::string>();
+    o.master_port = info.at("master_port").get<int>();
+    o.session_secret = info.at("session_secret").get<std::string>();
+    o.world_size = info.at("world_size").get<int>();
+    o.rank = info.at("rank_offset").get<int>();
+    o.rendezvous_timeout = 20s;
+    o.transfer_timeout = timeout;
+    if (o.rank != 1 || o.world_size != 4)
+      throw std::runtime_error(
+          fmt::format("rank {} of {}: this relay is rank 1 of 4", o.rank, o.world_size));
+    plugins::SigpipeBlocked no_sigpipe;  // also for Gloo's loop thread, started in here
+    auto mesh = plugins::form_gloo_mesh(o, nullptr);
+    std::lock_guard<std::mutex> l(mu);
+    context = std::move(mesh);
+  }
+
+  // One gloo::broadcast from rank 0 as rank 1 of 4 takes part in it (gloo/broadcast.cc): receive
+  // from rank 0, then send to rank 3, on the broadcast slot of tag 0.
+  void relay(gloo::rendezvous::Context& ctx, void* data, std::size_t bytes, bool flip) {
+    const auto slot = gloo::Slot::build(gloo::kBroadcastSlotPrefix, 0);
+    auto buffer = ctx.createUnboundBuffer(data, bytes);
+    buffer->recv(0, slot);
+    if (!buffer->waitRecv(timeout)) throw std::runtime_error("the receive from rank 0 was aborted");
+    if (flip) static_cast<unsigned char*>(data)[bytes / 2] ^= 0x01;
+    buffer->send(3, slot);
+    if (!buffer->waitSend(timeout)) throw std::runtime_error("the send to rank 3 was aborted");
+  }
+
+  // Every broadcast of a round: each is two on the wire, its frame (magic, number, length) and
+  // then, when the length is not 0, the data.
+  void relay_round(const json& names) {
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    int r = 0;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ctx = context;
+      r = round;
+    }
+    if (!ctx) throw std::runtime_error("update before the mesh formed");
+    plugins::SigpipeBlocked no_sigpipe;
+    for (const auto& name : names) {
+      unsigned char frame[plugins::BroadcastGroup::kFrameBytes];
+      relay(*ctx, frame, sizeof frame, false);
+      const uint64_t bytes = plugins::get_le(frame + 8, 8);
+      if (bytes == 0) continue;
+      std::vector<unsigned char> data(bytes);
+      const bool flip = r == alter_round && name.get<std::string>() == alter;
+      relay(*ctx, data.data(), data.size(), flip);
+      if (flip) {
+        std::lock_guard<std::mutex> l(mu);
+        altered = true;
+      }
+    }
+  }
+};
+
+// An insider on the data plane: this process joins as receiver rank 1 and relays honestly in the
+// first round, then flips one byte of a tensor it forwards to rank 3 (Gloo's binomial tree over
+// 4 ranks: 0 sends to 1 and 2, 1 forwards to 3). Rank 3 (c) finds that the bytes differ from the
+// trainer's digests and refuses the round naming the tensor; the round fails as a whole, so
+// neither c nor b (who took the bytes from the trainer itself) commits it: both keep the first
+// round's weights, and the trainer's report names c and the tensor.
+TEST(NcclTrust, AReceiverThatAltersWhatItRelaysIsCaughtBeforeTheNextOneCommits) {
+  const std::string altered = "model.layers.7.mlp.gate_up_proj.weight";
+  RelayingReceiver relay(altered, 1);
+  Served b = serve(), c = serve();
+  Served fake{nullptr, relay.url()};
+  // FanOutClient hands out rank offsets in URL order: the relay is rank 1, b rank 2, c rank 3.
+  cli::Child t(trainer({&fake, &b, &c}, test::free_port(), 2));
+  const auto deadline = Clock::now() + 30s;
+  while (!t.at_eof() && Clock::now() < deadline)
+    t.next_line(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  const auto exited = Clock::now();
+  ASSERT_TRUE(t.at_eof()) << "the trainer did not end within 30 s\n" << t.output();
+  const int rc = t.wait();
+  std::vector<std::string> failures;
+  {
+    std::lock_guard<std::mutex> l(relay.mu);
+    failures = relay.failures;
+    ASSERT_TRUE(relay.altered) << t.output() << ::testing::PrintToString(failures);
+    std::cout << "a relay altered '" << altered << "': the trainer exited " << rc << ", "
+              << std::chrono::duration<double>(exited - relay.started).count()
+              << " s after the round started\n"
+              << t.output();
+  }
+  EXPECT_TRUE(failures.empty()) << ::testing::PrintToString(failures);
+  EXPECT_NE(rc, 0) << t.output();
+  EXPECT_THAT(t.output(), HasSubstr("round 0 ok"));  // the honest round, relayed alike
+  EXPECT_THAT(t.output(), HasSubstr("receiver 3 of 3 (" + c.url + ")"));
+  EXPECT_THAT(t.output(), HasSubstr("the bytes of the broadcast of '" + altered +
+                                    "' differ from what the trainer sent"));
+  // What both held before the altered round: the first round's weights ("round 0 ok" came after
+  // every receiver committed them).
+  const auto before = test::expected_after(1, 40, 64, 0);
+  EXPECT_EQ(HttpClient(c.url).weight_checksums(), before) << "c committed nothing of the round";
+  EXPECT_EQ(HttpClient(b.url).weight_checksums(), before) << "b committed nothing of the round";
 }
 
 // Receiver 2 is stopped (SIGSTOP) while the trainer broadcasts to it, then killed: the trainer

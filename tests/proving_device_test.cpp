@@ -246,8 +246,7 @@ class HandMadeRank1 {
     // Who dials whom is Gloo's rule: the pair whose address compares higher (same host: port, as
     // stored) connects to the other.
     store_.wait({"0"}, 10s);
-    const sockaddr_storage theirs_ss =
-        gloo::transport::tcp::Address(store_.get("0")).getSockaddr();
+    const sockaddr_storage theirs_ss = gloo::transport::tcp::Address(store_.get("0")).getSockaddr();
     sockaddr_in theirs{};
     std::memcpy(&theirs, &theirs_ss, sizeof theirs);
     const bool rank0_dials =

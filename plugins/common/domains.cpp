@@ -100,8 +100,8 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
       const std::string algorithm = r.get_string(kRoundDigestsKey);
       if (algorithm != kRoundDigestsAlgorithm)
         sdk::fail_field(kRoundDigestsKey, WT_ERR_INVALID_ARGUMENT,
-                        "invalid {}: field '{}' must be \"{}\", got \"{}\"", what,
-                        kRoundDigestsKey, kRoundDigestsAlgorithm, algorithm);
+                        "invalid {}: field '{}' must be \"{}\", got \"{}\"", what, kRoundDigestsKey,
+                        kRoundDigestsAlgorithm, algorithm);
       if (w.options.session_secret.empty())
         sdk::fail_field(kRoundDigestsKey, WT_ERR_INVALID_ARGUMENT,
                         "invalid {}: field '{}' needs the session_secret its digests are seeded "

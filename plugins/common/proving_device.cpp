@@ -224,7 +224,7 @@ class ProvingPair final : public tcp::Pair {
   // Guarded by the pair's lock (m_), like the rest of the pair's state.
   bool proven_ = false;
   bool answered_ = false;
-  bool accepted_ = false;  // this side accepted the connection (else it dialled)
+  bool accepted_ = false;        // this side accepted the connection (else it dialled)
   bool header_checked_ = false;  // the message being read was checked against its receive
   Nonce mine_{};
   std::array<char, kNonce + kProof> in_{};

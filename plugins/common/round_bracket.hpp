@@ -68,8 +68,7 @@ class RoundBracket {
   // update call succeeded (empty: none); a receiver that refuses them fails the round.
   template <typename Transfer, typename OnFailure>
   void run(const std::string& update_text, Transfer&& transfer, OnFailure&& on_failure,
-           const char* weight_version,
-           const std::function<std::string()>& verification = nullptr) {
+           const char* weight_version, const std::function<std::string()>& verification = nullptr) {
     client_.start_weight_update();
     auto watch = std::make_shared<Round::Watch>();
     // Dekker-style with before_collective(): the watcher sets `failed` then looks at `started`,

@@ -5,10 +5,13 @@
 #include <wt/sdk/base64.hpp>
 #include <wt/sdk/errors.hpp>
 #include <wt/sdk/json_fields.hpp>
+#include <wt/sdk/parallel_for.hpp>
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
+#include <future>
 
 namespace wt::plugins {
 
@@ -22,22 +25,42 @@ uint64_t digest_seed(const std::string& session_secret_hex) {
   return seed;
 }
 
-Digest digest_of(const void* data, std::size_t bytes, uint64_t seed) {
-  const XXH128_hash_t h = XXH3_128bits_withSeed(data, bytes, seed);
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
-  Digest d;
-  std::memcpy(d.data(), c.digest, d.size());
-  return d;
+Digest digest_of(const void* data, std::size_t bytes, uint64_t seed, unsigned threads) {
+  auto canonical = [](XXH128_hash_t h) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    Digest d;
+    std::memcpy(d.data(), c.digest, d.size());
+    return d;
+  };
+  if (bytes <= kDigestBlockBytes) return canonical(XXH3_128bits_withSeed(data, bytes, seed));
+  // Large broadcasts: the digest of the blocks' digests, so that blocks hash on several threads.
+  const std::size_t blocks = (bytes + kDigestBlockBytes - 1) / kDigestBlockBytes;
+  std::vector<Digest> parts(blocks);
+  const auto* p = static_cast<const unsigned char*>(data);
+  parallel_for(blocks, threads, [&](std::size_t i) {
+    const std::size_t at = i * kDigestBlockBytes;
+    parts[i] =
+        canonical(XXH3_128bits_withSeed(p + at, std::min(kDigestBlockBytes, bytes - at), seed));
+  });
+  return canonical(XXH3_128bits_withSeed(parts.data(), blocks * sizeof(Digest), seed + bytes));
 }
 
 void DigestedDomain::broadcast(void* data, std::size_t bytes, DLDataType dtype, int root,
                                const std::string& what) {
   BroadcastDigest d;
   d.what = what;
-  if (root_) d.digest = digest_of(data, bytes, seed_);  // what is sent, before it goes
-  inner_->broadcast(data, bytes, dtype, root, what);
-  if (!root_) d.digest = digest_of(data, bytes, seed_);  // what arrived
+  if (root_) {
+    // What is sent, hashed while it goes: the bytes do not change during the broadcast, and the
+    // future's end waits for the hash whatever the broadcast does.
+    auto hashed = std::async(std::launch::async,
+                             [&] { return digest_of(data, bytes, seed_, kDigestThreads); });
+    inner_->broadcast(data, bytes, dtype, root, what);
+    d.digest = hashed.get();
+  } else {
+    inner_->broadcast(data, bytes, dtype, root, what);
+    d.digest = digest_of(data, bytes, seed_, kDigestThreads);  // what arrived
+  }
   std::lock_guard<std::mutex> l(mu_);
   digests_.push_back(std::move(d));
 }

@@ -10,7 +10,8 @@
 // the round before commit, naming the broadcast (the tensor), if a digest differs or is missing;
 // it also refuses to finish a round whose digests never came.
 //
-// The digest is XXH3-128 seeded from the session secret: it is meant to catch any relay's change
+// The digest is XXH3-128 seeded from the session secret (a tree of 4 MiB blocks for large
+// broadcasts, digest_of): it is meant to catch any relay's change
 // of the bytes, not to resist a member who deliberately searches for an XXH3 collision under the
 // seed it also holds (XXH3 is not a cryptographic hash; docs/security.md says so).
 //
@@ -41,7 +42,11 @@ using Digest = std::array<unsigned char, 16>;  // BroadcastDigest::digest
 // The seed both ends derive from the session secret (hex, as the init info carries it).
 uint64_t digest_seed(const std::string& session_secret_hex);
 
-Digest digest_of(const void* data, std::size_t bytes, uint64_t seed);
+// XXH3-128 of `bytes` under `seed`; above kDigestBlockBytes, XXH3-128 (seed + bytes) of the
+// XXH3-128 digests of its 4 MiB blocks (canonical byte order), hashed on up to `threads` threads.
+inline constexpr std::size_t kDigestBlockBytes = std::size_t{4} << 20;
+inline constexpr unsigned kDigestThreads = 2;
+Digest digest_of(const void* data, std::size_t bytes, uint64_t seed, unsigned threads = 1);
 
 // A broadcast domain that digests each broadcast: the root before it sends, every other rank after
 // its bytes arrived. Everything else is the wrapped domain's.

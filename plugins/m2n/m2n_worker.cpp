@@ -155,18 +155,33 @@ plugins::ParamList read_update_info(const nlohmann::json& update_info) {
 
 }  // namespace
 
+template <typename Receive>
+void M2nWorker::refusing_closes_pairs(Receive&& receive) {
+  try {
+    receive();
+  } catch (...) {
+    // A round this worker refuses, even before it posted a receive, closes its pairs: every
+    // trainer rank sending to it fails at once, not at its transfer deadline (only rank 0 hears
+    // the refusal on the control plane).
+    transfers_->discard();
+    throw;
+  }
+}
+
 void M2nWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
-  receive_list(read_update_info(update_info), loader);
+  refusing_closes_pairs([&] { receive_list(read_update_info(update_info), loader); });
 }
 
 void M2nWorker::receive_text(const char* update_info, const sdk::LoaderRef& loader) {
-  // A full resync names the same tensors every round: read the text again only when it changed.
-  if (update_info == nullptr || last_update_text_.empty() || last_update_text_ != update_info) {
-    last_update_text_.clear();
-    last_list_ = read_update_info(sdk::parse_json_text(update_info, "update_info"));
-    last_update_text_ = update_info;
-  }
-  receive_list(last_list_, loader);
+  refusing_closes_pairs([&] {
+    // A full resync names the same tensors every round: read the text again only when it changed.
+    if (update_info == nullptr || last_update_text_.empty() || last_update_text_ != update_info) {
+      last_update_text_.clear();
+      last_list_ = read_update_info(sdk::parse_json_text(update_info, "update_info"));
+      last_update_text_ = update_info;
+    }
+    receive_list(last_list_, loader);
+  });
 }
 
 void M2nWorker::check_held(const std::vector<ParamMeta>& held) const {

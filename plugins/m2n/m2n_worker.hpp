@@ -37,6 +37,8 @@ class M2nWorker final : public sdk::WorkerBase {
   int worker_rank() const { return worker_rank_; }
 
  private:
+  template <typename Receive>
+  void refusing_closes_pairs(Receive&& receive);
   void receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader);
   // After the frames: every piece into place, then handed over to the loader.
   void receive_pieces(const plugins::ParamList& list, const std::vector<Transfer>& receives,
