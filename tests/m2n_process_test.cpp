@@ -285,5 +285,112 @@ echo "exit $rc after $(( (end - start) / 1000000 )) ms"
       << r.output;
 }
 
+// A receiver that stops (SIGSTOP: alive, its sockets open, nothing moving) is told from a slow
+// round by the stall deadline: every trainer rank fails within stall_timeout_s although the
+// round's own bound (transfer_timeout_s) is far off.
+TEST(M2nFaults, AStoppedWorkerFailsEveryTrainerRankWithinTheStallDeadline) {
+  RunSetup s;
+  s.model = "qwen2.5-0.5b";
+  s.rounds = 40;
+  s.receivers = 1;
+  s.extra_init_info = "  transfer_timeout_s: 300\n  stall_timeout_s: 3";
+  const int port = test::free_port();
+  std::string text = config_text(s);
+  text.replace(
+      text.find("  embedded: true\n  count: 1\n"),
+      std::string("  embedded: true\n  count: 1\n").size(),
+      fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 60\n", port));
+  const std::string config = write_config("m2n-stop-worker.yaml", text);
+  const std::string script =
+      write_config("m2n-stop-worker.sh", fmt::format(R"(
+{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n", "transfer_timeout_s": 300, "stall_timeout_s": 3}}' > {2}.serve.log 2>&1 &
+serve=$!
+trap 'kill -CONT $serve; kill -9 $serve' EXIT
+for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
+grep -q 'listening on' {2}.serve.log || {{ cat {2}.serve.log; echo "the receiver did not start"; exit 3; }}
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
+pid=$!
+# Stopped inside a round's transfer: the round after the second has begun moving bytes.
+for i in $(seq 1200); do grep -q 'round 2/40' {2}.log && break; sleep 0.05; done
+sleep 0.2
+kill -STOP $serve
+start=$(date +%s%N)
+wait $pid
+rc=$?
+end=$(date +%s%N)
+cat {2}.log
+echo "exit $rc after $(( (end - start) / 1000000 )) ms"
+)",
+                                                     WT_BUILD_DIR, WT_CLI_PATH, config, port));
+  const TimedRun r = run_timed(script);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.ms, 3000 + 4000) << r.output;  // the stall deadline, and the run's teardown
+  EXPECT_THAT(r.output, HasSubstr("for 3000 ms (stall_timeout_s)")) << r.output;
+  std::printf("a stopped worker failed the run %d ms after it stopped\n", r.ms);
+}
+
+// A worker that refuses a round at update (here: a proxy in front of `wt serve` drops a tensor
+// from the third round's update_info, which the worker refuses before it posts a receive) closes
+// its pairs: every trainer rank fails at once, not at its transfer or stall deadline (120 s and
+// 60 s here). With 2 and 3 trainer ranks; the time from the refusal to the run's end is measured.
+// The same when rank 0's start_weight_update fails (the receiver answers 503): no byte was
+// posted anywhere, and every rank hears it within the same bound.
+TEST(M2nFaults, AWorkerRefusingARoundAtUpdateOrStartFailsEveryTrainerRankAtOnce) {
+  for (auto [ranks, call] :
+       {std::pair{2, "update_weights"}, std::pair{3, "update_weights"},
+        std::pair{2, "start_weight_update"}, std::pair{3, "start_weight_update"}}) {
+    const bool at_update = std::string(call) == "update_weights";
+    RunSetup s;
+    s.trainer_ranks = ranks;
+    s.rounds = 6;
+    s.receivers = 1;
+    s.extra_init_info = "  transfer_timeout_s: 120\n  stall_timeout_s: 60";
+    const int serve_port = test::free_port(), proxy_port = test::free_port();
+    std::string text = config_text(s);
+    text.replace(text.find("  embedded: true\n  count: 1\n"),
+                 std::string("  embedded: true\n  count: 1\n").size(),
+                 fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 60\n",
+                             proxy_port));
+    text.replace(text.find("verify: true"), std::string("verify: true").size(), "verify: false");
+    const std::string config =
+        write_config(fmt::format("m2n-refuse-{}-{}.yaml", call, ranks), text);
+    const std::string script =
+        write_config(fmt::format("m2n-refuse-{}-{}.sh", call, ranks),
+                     fmt::format(R"(
+{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n", "transfer_timeout_s": 120, "stall_timeout_s": 60}}' > {2}.serve.log 2>&1 &
+serve=$!
+/usr/bin/python3 {5}/tests/helpers/refusing_proxy.py {4} {3} 3 {6} > {2}.proxy.log 2>&1 &
+proxy=$!
+trap 'kill -9 $serve $proxy' EXIT
+for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
+grep -q 'listening on' {2}.serve.log || {{ cat {2}.serve.log; echo "the receiver did not start"; exit 3; }}
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1
+rc=$?
+end=$(date +%s%N)
+cat {2}.log {2}.proxy.log
+start=$(sed -n 's/^refused-at //p' {2}.proxy.log)
+echo "exit $rc after $(( (end - ${{start:-$end}}) / 1000000 )) ms"
+)",
+                                 WT_BUILD_DIR, WT_CLI_PATH, config, serve_port, proxy_port,
+                                 WT_SOURCE_DIR, call));
+    const TimedRun r = run_timed(script);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("refused-at ")) << r.output;
+    if (at_update)
+      EXPECT_THAT(r.output, HasSubstr("the update names 50 tensor(s), the m2n plan 51: every round "
+                                      "sends every planned parameter; nothing was received"))
+          << r.output;
+    else
+      EXPECT_THAT(r.output, HasSubstr("this receiver cannot start an update now")) << r.output;
+    // Every rank but 0 hears it from its pairs closing (rank 0 from the control plane too).
+    for (int k = 1; k < ranks; ++k)
+      EXPECT_THAT(r.output, HasSubstr(fmt::format("rank {}: m2n send_weights failed", k)))
+          << r.output;
+    EXPECT_LT(r.ms, 3000) << r.output;  // far from either deadline; includes the run's teardown
+    std::printf("%d trainer ranks: a refusal at %s ended the run %d ms after it\n", ranks, call,
+                r.ms);
+  }
+}
+
 }  // namespace
 }  // namespace wt

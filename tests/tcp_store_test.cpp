@@ -420,5 +420,109 @@ TEST(BroadcastGroup, APeerThatDiedUnderAWriteIsAnErrorNotSigpipe) {
   EXPECT_EQ(failures, 1);
 }
 
+// Children that joined and then post nothing: no byte moves on any pair, and the root's broadcast
+// fails at the stall deadline (0.5 s), far inside the round's own bound (10 s), naming both.
+TEST(BroadcastGroup, ABroadcastOnWhichNoByteMovesFailsAtTheStallDeadline) {
+  std::vector<unsigned char> data(1 << 20, 3);
+  std::atomic<bool> done{false};
+  std::chrono::milliseconds took{0};
+  const int port = free_port();
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        CommunicatorOptions o = options(r, 4, port);
+        o.stall_timeout = 500ms;
+        BroadcastGroup g(o);
+        if (r != 0) {  // the children stay, and never post their receives
+          while (!done) std::this_thread::sleep_for(10ms);
+          return;
+        }
+        const auto t0 = Clock::now();
+        try {
+          g.broadcast(data.data(), data.size(), 0, "broadcast of 'w'");
+        } catch (...) {
+          took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+          done = true;
+          throw;
+        }
+        done = true;
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_THAT(errors[0], HasSubstr("broadcast of 'w': no byte moved on any of this rank's pairs "
+                                   "for 500 ms (stall_timeout_s)"));
+  EXPECT_GE(took, 500ms);
+  EXPECT_LT(took, 3s);
+  std::cout << "a broadcast nobody took failed after " << took.count() << " ms (stall 500 ms)\n";
+}
+
+// A receiver that keeps stopping (SIGSTOP for 0.3 s, then 5 ms running, for 3 s) is slow, not dead:
+// a broadcast that takes twice the stall deadline (1.5 s) completes, byte-exact. (50 ms of running
+// cannot take 256 MiB, so the broadcast outlasts the stopping.)
+TEST(BroadcastGroup, ASlowReceiverThatKeepsMovingOutlastsTheStallDeadline) {
+  const int port = free_port();
+  constexpr std::size_t kBytes = std::size_t{256} << 20;
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int rc = 1;
+    try {
+      CommunicatorOptions o = options(1, 2, port);
+      o.stall_timeout = 1500ms;
+      o.transfer_timeout = 60s;
+      BroadcastGroup g(o);
+      std::vector<unsigned char> in(kBytes, 0);
+      g.broadcast(in.data(), in.size(), 0, "broadcast of 'w'");
+      rc = 2;
+      bool same = true;
+      for (std::size_t i = 0; i < kBytes; ++i)
+        same = same && in[i] == static_cast<unsigned char>(i * 7);
+      if (same) rc = 0;
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  std::atomic<bool> sent{false};
+  std::atomic<int> stops{0};
+  CommunicatorOptions o = options(0, 2, port);
+  o.stall_timeout = 1500ms;
+  o.transfer_timeout = 60s;
+  BroadcastGroup g(o);
+  std::vector<unsigned char> data(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) data[i] = static_cast<unsigned char>(i * 7);
+  std::thread stopper([&] {
+    for (int i = 0; i < 10 && !sent; ++i) {
+      ::kill(child, SIGSTOP);
+      ++stops;
+      std::this_thread::sleep_for(300ms);
+      ::kill(child, SIGCONT);
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  std::string error;
+  const auto t0 = Clock::now();
+  try {
+    g.broadcast(data.data(), data.size(), 0, "broadcast of 'w'");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  sent = true;
+  stopper.join();
+  ::kill(child, SIGCONT);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the receiver's bytes differ";
+  EXPECT_GT(took, 1500ms)
+      << "the broadcast did not outlast the stall deadline: the test shows nothing";
+  std::cout << "a receiver stopped " << stops.load() << " times took " << took.count()
+            << " ms for 256 MiB (stall deadline 1500 ms)\n";
+}
+
 }  // namespace
 }  // namespace wt::plugins

@@ -26,12 +26,16 @@ constexpr unsigned char kFrameMagic[4] = {'W', 'T', 'B', '1'};
 }  // namespace
 
 BroadcastGroup::BroadcastGroup(const Options& o, std::unique_ptr<TcpStoreServer> store)
-    : options_(o), context_(form_gloo_mesh(o, std::move(store))) {}
+    : options_(o),
+      context_(form_gloo_mesh(o, std::move(store))),
+      progress_(mesh_progress(*context_)),
+      stall_(o.stall_timeout) {}
 
 BroadcastGroup::~BroadcastGroup() = default;
 
 void BroadcastGroup::run(void* data, std::size_t bytes, int root, const std::string& what) {
-  auto aborted = [&] { fail(WT_ERR_ABORTED, "{}: aborted", what); };
+  // Inside gloo_call, which names `what` in whatever it throws.
+  auto aborted = [] { fail(WT_ERR_ABORTED, "aborted"); };
   gloo_call(what, [&] {
     gloo::BroadcastOptions b(context_);
     auto buffer = context_->createUnboundBuffer(data, bytes);
@@ -43,18 +47,33 @@ void BroadcastGroup::run(void* data, std::size_t bytes, int root, const std::str
     b.setOutput<uint8_t>(std::move(buffer));
     b.setRoot(root);
     b.setTimeout(options_.transfer_timeout);
+    // Gloo picks the tree: any of the pairs may be the one this rank waits on.
+    stall_.arm([progress = progress_] { return latest(progress); },
+               [this] {
+                 std::lock_guard<std::mutex> l(abort_mu_);
+                 if (current_ == nullptr) return;
+                 current_->abortWaitRecv();
+                 current_->abortWaitSend();
+               });
     try {
       gloo::broadcast(b);
     } catch (...) {
+      stall_.disarm();
       std::lock_guard<std::mutex> l(abort_mu_);
       current_ = nullptr;
       throw;
     }
+    const bool stalled = stall_.disarm();
     std::lock_guard<std::mutex> l(abort_mu_);
     current_ = nullptr;
-    // An interrupted wait returns as if done: only the flag tells. The buffer goes with `b`, so
+    // An interrupted wait returns as if done: only the flags tell. The buffer goes with `b`, so
     // bytes arriving later are not written into `data`.
     if (aborted_) aborted();
+    if (stalled)
+      fail(WT_ERR_TIMEOUT,
+           "no byte moved on any of this rank's pairs for {} ms (stall_timeout_s): a peer "
+           "stopped or the link is cut",
+           stall_.deadline().count());
   });
 }
 

@@ -3,13 +3,16 @@
 // the nccl and sparse_nccl backends (compiled into each, plugins/common).
 //
 // Trust (docs/security.md): the store admits only holders of the session secret; once the mesh
-// formed, every pair answers a challenge under the secret each way, on its socket, before Gloo reads or sends anything on
-// it, and rank 0 then closes the store. Every broadcast is preceded by a 16-byte frame naming its
-// length and its number in the session, so a receiver takes exactly the bytes it expects or
-// refuses the broadcast before a byte of it lands. SIGPIPE is blocked around every Gloo call.
+// formed, every pair answers a challenge under the secret each way, on its socket, before Gloo
+// reads or sends anything on it, and rank 0 then closes the store. Every broadcast is preceded by a
+// 16-byte frame naming its length and its number in the session, so a receiver takes exactly the
+// bytes it expects or refuses the broadcast before a byte of it lands. SIGPIPE is blocked around
+// every Gloo call.
 #pragma once
 
 #include "communicator.hpp"
+#include "proving_device.hpp"
+#include "stall_watch.hpp"
 #include "tcp_store.hpp"
 
 #include <gloo/rendezvous/context.h>
@@ -21,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace wt::plugins {
 
@@ -39,7 +43,8 @@ class BroadcastGroup final : public Communicator {
   // Broadcasts `bytes` bytes at `data` from `root` to every rank, within the transfer deadline.
   // A receiver whose `bytes` differs from the root's fails (WT_ERR_REMOTE, both sizes named in
   // `what`) before receiving any of it. A peer that dies or stalls fails it (WT_ERR_TIMEOUT /
-  // WT_ERR_REMOTE) naming `what`; the group is then broken for good (broken() is true).
+  // WT_ERR_REMOTE) naming `what`: within stall_timeout once no byte moves on any of this rank's
+  // pairs, within transfer_timeout in any case. The group is then broken for good (broken()).
   void broadcast(void* data, std::size_t bytes, int root, const std::string& what);
   void broadcast(void* data, std::size_t bytes, DLDataType, int root,
                  const std::string& what) override {
@@ -67,6 +72,8 @@ class BroadcastGroup final : public Communicator {
   std::mutex abort_mu_;                                // guards current_ and aborted_
   gloo::transport::UnboundBuffer* current_ = nullptr;  // the broadcast in progress
   bool aborted_ = false;
+  std::vector<std::shared_ptr<const PairProgress>> progress_;  // every pair's
+  StallWatch stall_;  // last: its thread interrupts through current_ under abort_mu_
 };
 
 }  // namespace wt::plugins

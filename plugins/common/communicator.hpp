@@ -23,6 +23,9 @@ struct CommunicatorOptions {
   int world_size = 0;
   std::chrono::milliseconds rendezvous_timeout{60'000};
   std::chrono::milliseconds transfer_timeout{300'000};
+  // Gloo only: a wait on which no byte moved for this long fails (WT_ERR_TIMEOUT), however much
+  // of transfer_timeout is left: a stopped peer or a cut link is told from a slow round.
+  std::chrono::milliseconds stall_timeout{60'000};
   // Gloo only: the session secret (hex, session_secret.hpp) every rank proves before a weight
   // byte moves, and where the sender's store reports the strangers it dropped.
   std::string session_secret;

@@ -1,6 +1,6 @@
 // The trainer init-info fields the nccl and sparse_nccl backends share: the rendezvous (vLLM's
 // names), wt's `device` ("cpu": host memory over Gloo; "cuda:N": CUDA memory over NCCL) and the
-// two deadlines. Each backend's init info derives from it and adds its own fields.
+// deadlines. Each backend's init info derives from it and adds its own fields.
 #pragma once
 
 #include "domains.hpp"
@@ -16,6 +16,7 @@ struct DomainInitInfo : sdk::InitInfoBase {
   std::string device = "cpu";
   int64_t rendezvous_timeout_s = 60;  // how long the group may take to form
   int64_t transfer_timeout_s = 300;   // the deadline of each broadcast
+  int64_t stall_timeout_s = 60;       // host memory: no byte moving for this long fails a wait
 
   int cuda_device() const { return RendezvousFields::cuda_device(device); }
   int64_t rank() const override { return rendezvous.rank; }
@@ -28,6 +29,7 @@ struct DomainInitInfo : sdk::InitInfoBase {
     d.cuda_device = cuda_device();
     d.rendezvous_timeout = std::chrono::seconds(rendezvous_timeout_s);
     d.transfer_timeout = std::chrono::seconds(transfer_timeout_s);
+    d.stall_timeout = std::chrono::seconds(stall_timeout_s);
     return d;
   }
 
@@ -39,10 +41,12 @@ struct DomainInitInfo : sdk::InitInfoBase {
     rendezvous = RendezvousFields::read(r, device == "cpu");
     rendezvous_timeout_s = r.opt_int("rendezvous_timeout_s", 60);
     transfer_timeout_s = r.opt_int("transfer_timeout_s", 300);
+    stall_timeout_s = r.opt_int("stall_timeout_s", 60);
   }
   void check_deadlines(const sdk::FieldReader& r) const {
     for (auto [key, v] : {std::pair{"rendezvous_timeout_s", rendezvous_timeout_s},
-                          std::pair{"transfer_timeout_s", transfer_timeout_s}})
+                          std::pair{"transfer_timeout_s", transfer_timeout_s},
+                          std::pair{"stall_timeout_s", stall_timeout_s}})
       if (v < 1 || v > 86400)
         sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT, "invalid {}: field '{}' must be in 1..86400",
                         r.what(), key);
@@ -52,6 +56,7 @@ struct DomainInitInfo : sdk::InitInfoBase {
     j["device"] = device;
     j["rendezvous_timeout_s"] = rendezvous_timeout_s;
     j["transfer_timeout_s"] = transfer_timeout_s;
+    j["stall_timeout_s"] = stall_timeout_s;
     return j;
   }
 };

@@ -22,6 +22,7 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
   o.world_size = static_cast<int>(domain.rendezvous.world_size);
   o.rendezvous_timeout = domain.rendezvous_timeout;
   o.transfer_timeout = domain.transfer_timeout;
+  o.stall_timeout = domain.stall_timeout;
   o.warn = domain.warn;
   std::optional<std::string> unique_id;
   if (!make && domain.cuda_device < 0) {
@@ -142,14 +143,17 @@ void read_worker_deadlines(const sdk::WorkerContext& context, const std::string&
                      "backend options for backend '" + backend + "' (worker)");
   const int64_t rendezvous_s = b.opt_int("rendezvous_timeout_s", 60);
   const int64_t transfer_s = b.opt_int("transfer_timeout_s", 300);
+  const int64_t stall_s = b.opt_int("stall_timeout_s", 60);
   b.finish();
-  for (auto [key, v] : {std::pair{"rendezvous_timeout_s", rendezvous_s},
-                        std::pair{"transfer_timeout_s", transfer_s}})
+  for (auto [key, v] :
+       {std::pair{"rendezvous_timeout_s", rendezvous_s},
+        std::pair{"transfer_timeout_s", transfer_s}, std::pair{"stall_timeout_s", stall_s}})
     if (v < 1 || v > 86400)
       sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field '{}' must be in 1..86400, got {}", b.what(), key, v);
   options.rendezvous_timeout = std::chrono::seconds(rendezvous_s);
   options.transfer_timeout = std::chrono::seconds(transfer_s);
+  options.stall_timeout = std::chrono::seconds(stall_s);
 }
 
 std::unique_ptr<Communicator> join_worker_domain(const WorkerInit& init, DLDevice device,

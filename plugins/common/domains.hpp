@@ -32,6 +32,7 @@ struct SenderDomain {
   int cuda_device = -1;  // -1: host memory
   std::chrono::seconds rendezvous_timeout{60};
   std::chrono::seconds transfer_timeout{300};
+  std::chrono::seconds stall_timeout{60};
   std::function<void(const std::string&)> warn;  // the host's log: strangers the store dropped
 };
 
@@ -64,8 +65,8 @@ constexpr int64_t kMaxWorld = 65536;
 WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::json& init_info,
                             const std::string& backend, const std::vector<std::string>& extra = {});
 
-// The receiver-side deadlines (backend options rendezvous_timeout_s, transfer_timeout_s; 60 and
-// 300 s by default) into `options`; errors name the field.
+// The receiver-side deadlines (backend options rendezvous_timeout_s, transfer_timeout_s,
+// stall_timeout_s; 60, 300 and 60 s by default) into `options`; errors name the field.
 void read_worker_deadlines(const sdk::WorkerContext& context, const std::string& backend,
                            CommunicatorOptions& options);
 

@@ -54,6 +54,8 @@ class ProvingPair final : public tcp::Pair {
               Clock::time_point until)
       : tcp::Pair(context, device, peer, timeout), self_(self), secret_(secret), until_(until) {}
 
+  std::shared_ptr<const PairProgress> progress() const { return progress_; }
+
   // Closed here, not by tcp::Pair's destructor: once this part is gone, the loop thread must not
   // find the socket registered (it would call into a half-destroyed pair).
   ~ProvingPair() override {
@@ -68,6 +70,7 @@ class ProvingPair final : public tcp::Pair {
     if (next == CONNECTED) {
       begin_proof(accepted);
     } else {
+      if (next == CLOSED && proven_) progress_->mark_closed();  // the peer or its pair is gone
       proven_ = false;
     }
   }
@@ -111,6 +114,7 @@ class ProvingPair final : public tcp::Pair {
   // thread) is not used by wt and is left to Gloo.
   bool read() override {
     if (state_ == CLOSED || !proven_ || sync_) return tcp::Pair::read();
+    progress_->touch();
     auto* header = reinterpret_cast<char*>(&rx_.preamble);
     if (rx_.nread < sizeof(rx_.preamble)) header_checked_ = false;  // a new message
     while (rx_.nread < sizeof(rx_.preamble)) {
@@ -138,6 +142,11 @@ class ProvingPair final : public tcp::Pair {
       }
     }
     return tcp::Pair::read();
+  }
+
+  bool write(tcp::Op& op) override {
+    if (proven_) progress_->touch();
+    return tcp::Pair::write(op);
   }
 
   // Connected means proven: the user's connect returns only once the peer's answer checked out.
@@ -215,12 +224,14 @@ class ProvingPair final : public tcp::Pair {
     if (!same_mac(got, proof_of(secret_, mine_, rank_, self_, !accepted_)))
       return fail_pair(refusal(rank_, "did not prove the session secret"));
     proven_ = true;  // what follows on the socket (Gloo's frames) is Gloo's
+    progress_->touch();
     cv_.notify_all();
   }
 
   const int self_;
   const SessionSecret secret_;
   const Clock::time_point until_;
+  const std::shared_ptr<PairProgress> progress_ = std::make_shared<PairProgress>();
   // Guarded by the pair's lock (m_), like the rest of the pair's state.
   bool proven_ = false;
   bool answered_ = false;
@@ -263,6 +274,26 @@ class ProvingDevice final : public tcp::Device {
 };
 
 }  // namespace
+
+std::shared_ptr<const PairProgress> pair_progress(gloo::Context& mesh, int peer) {
+  if (peer < 0 || peer >= mesh.size || peer == mesh.rank) return nullptr;
+  auto* pair = dynamic_cast<ProvingPair*>(mesh.getPair(peer).get());
+  return pair != nullptr ? pair->progress() : nullptr;
+}
+
+std::vector<std::shared_ptr<const PairProgress>> mesh_progress(gloo::Context& mesh) {
+  std::vector<std::shared_ptr<const PairProgress>> all;
+  for (int peer = 0; peer < mesh.size; ++peer)
+    if (auto p = pair_progress(mesh, peer)) all.push_back(std::move(p));
+  return all;
+}
+
+PairProgress::Clock::time_point latest(
+    const std::vector<std::shared_ptr<const PairProgress>>& all) {
+  PairProgress::Clock::time_point t{};
+  for (const auto& p : all) t = std::max(t, p->last());
+  return t;
+}
 
 std::shared_ptr<gloo::transport::Device> make_proving_device(const std::string& address,
                                                              const SessionSecret& secret,

@@ -18,11 +18,14 @@
 
 #include "session_secret.hpp"
 
+#include <gloo/context.h>
 #include <gloo/transport/device.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace wt::plugins {
 
@@ -31,5 +34,33 @@ namespace wt::plugins {
 std::shared_ptr<gloo::transport::Device> make_proving_device(
     const std::string& address, const SessionSecret& secret,
     std::chrono::steady_clock::time_point until);
+
+// When bytes last moved on a proven pair (read or written, steady clock), and whether it closed:
+// what the stall deadline measures and what ends a round a peer gave up (stall_watch.hpp).
+// Shared, so that a watch may read it after the pair is gone.
+class PairProgress {
+ public:
+  using Clock = std::chrono::steady_clock;
+  void touch() noexcept {
+    ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  void mark_closed() noexcept { closed_.store(true, std::memory_order_relaxed); }
+  Clock::time_point last() const noexcept {
+    return Clock::time_point(Clock::duration(ns_.load(std::memory_order_relaxed)));
+  }
+  bool closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<Clock::rep> ns_{Clock::now().time_since_epoch().count()};
+  std::atomic<bool> closed_{false};
+};
+
+// The progress of the pair with `peer` in a mesh formed on a proving device; null for itself, a
+// rank outside the mesh, or a pair of another device.
+std::shared_ptr<const PairProgress> pair_progress(gloo::Context& mesh, int peer);
+// Every pair's, for a wait that any of them may serve (a broadcast tree).
+std::vector<std::shared_ptr<const PairProgress>> mesh_progress(gloo::Context& mesh);
+// The latest of them (the epoch of the steady clock when there is none).
+PairProgress::Clock::time_point latest(const std::vector<std::shared_ptr<const PairProgress>>& all);
 
 }  // namespace wt::plugins

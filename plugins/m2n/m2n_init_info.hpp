@@ -11,7 +11,10 @@
 //   tp_rules                     [{match: glob, dim: d}], default none: the first rule whose glob
 //                                matches a name gives the dimension TP splits (-1 or no match:
 //                                every TP rank needs it whole)
-//   rendezvous_timeout_s, transfer_timeout_s  the deadlines (60, 300)
+//   rendezvous_timeout_s, transfer_timeout_s  the deadlines (60, 300): forming, and a round
+//   stall_timeout_s              int, default 60: host memory, a round in which no byte moved on
+//                                the pair a rank waits on for this long fails
+
 // Trainer rank 0 ships the worker init info: the rendezvous, the session secret, the plan as
 // JSON and its digest (docs/m2n.md).
 #pragma once

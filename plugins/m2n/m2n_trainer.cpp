@@ -75,6 +75,7 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   o.world_size = world;
   o.rendezvous_timeout = std::chrono::seconds(info.rendezvous_timeout_s);
   o.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
+  o.stall_timeout = std::chrono::seconds(info.stall_timeout_s);
   o.warn = [log = log_](const std::string& m) { log.warn("{}", m); };
   // Rank 0: the session's secret, and the store listening before anyone is told where to meet.
   std::unique_ptr<plugins::TcpStoreServer> store;
@@ -157,7 +158,12 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
       transfers_ = std::make_unique<NcclTransfers>(std::move(comm), o.transfer_timeout);
     } else {
       transfers_ = std::make_unique<PairTransfers>(
-          plugins::form_gloo_mesh(o, rank_ == 0 ? std::move(store) : nullptr), o.transfer_timeout);
+          plugins::form_gloo_mesh(o, rank_ == 0 ? std::move(store) : nullptr), o.transfer_timeout,
+          o.stall_timeout);
+      // A trainer rank that gives up a round (rank 0's start refused, a source that failed)
+      // closes its pairs; the others may be waiting only on workers that never started.
+      for (int k = 0; k < ranks_; ++k)
+        if (k != rank_) transfers_->end_with(k);
     }
   } catch (const sdk::Error&) {
     if (rpc) {

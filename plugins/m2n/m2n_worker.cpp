@@ -113,8 +113,9 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
                                                     o.rendezvous_timeout, o.transfer_timeout),
         o.transfer_timeout);
   else
-    transfers_ =
-        std::make_unique<PairTransfers>(plugins::form_gloo_mesh(o, nullptr), o.transfer_timeout);
+    transfers_ = std::make_unique<PairTransfers>(plugins::form_gloo_mesh(o, nullptr),
+                                                 o.transfer_timeout, o.stall_timeout);
+  for (int k = 0; k < trainers_; ++k) transfers_->end_with(k);  // a trainer rank that gave up
   log_.debug("worker rank {} (tp rank {}) ready: {} parameter(s) planned from {} trainer rank(s)",
              worker_rank_, worker_rank_ % plan_.inference.tensor_parallel, index_->size(),
              trainers_);

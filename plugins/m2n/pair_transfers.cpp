@@ -1,6 +1,7 @@
 #include "pair_transfers.hpp"
 
 #include "../common/gloo_mesh.hpp"
+#include "../common/proving_device.hpp"
 #include "../common/sigpipe_guard.hpp"
 
 #include <wt/sdk/errors.hpp>
@@ -10,8 +11,9 @@ namespace wt::m2n {
 using sdk::fail;
 
 PairTransfers::PairTransfers(std::shared_ptr<gloo::rendezvous::Context> mesh,
-                             std::chrono::milliseconds transfer_timeout)
-    : mesh_(std::move(mesh)), timeout_(transfer_timeout) {}
+                             std::chrono::milliseconds transfer_timeout,
+                             std::chrono::milliseconds stall_timeout)
+    : mesh_(std::move(mesh)), timeout_(transfer_timeout), stall_(stall_timeout) {}
 
 PairTransfers::~PairTransfers() {
   clear();
@@ -30,6 +32,10 @@ void PairTransfers::discard() {
   // it wait out its deadline for messages that will never be taken.
   std::lock_guard<std::mutex> l(mu_);
   if (current_ == nullptr) mesh_.reset();
+}
+
+void PairTransfers::end_with(int peer) {
+  if (auto p = plugins::pair_progress(*mesh_, peer)) fates_.emplace_back(peer, std::move(p));
 }
 
 void PairTransfers::post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
@@ -53,6 +59,7 @@ void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::si
       Op op;
       op.buffer = mesh_->createUnboundBuffer(data, bytes);
       op.send = send;
+      op.peer = peer;
       if (send)
         op.buffer->send(peer, slot);
       else
@@ -82,6 +89,23 @@ void PairTransfers::wait_through(std::size_t n) {
         if (aborted_) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
         current_ = op.buffer.get();
       }
+      // The watch reads the pair's progress through its own reference, and interrupts only
+      // through current_, under mu_.
+      stall_.arm(
+          [p = plugins::pair_progress(*mesh_, op.peer)] {
+            return p ? p->last() : std::chrono::steady_clock::now();
+          },
+          [this] {
+            std::lock_guard<std::mutex> l(mu_);
+            if (current_ == nullptr) return;
+            current_->abortWaitRecv();
+            current_->abortWaitSend();
+          },
+          [this] {  // fates_ is fixed once rounds run, and outlives the watch
+            for (const auto& f : fates_)
+              if (f.second->closed()) return true;
+            return false;
+          });
       bool done = false;
       try {
         plugins::gloo_call(op.what, [&] {
@@ -89,14 +113,29 @@ void PairTransfers::wait_through(std::size_t n) {
           done = op.send ? op.buffer->waitSend(left) : op.buffer->waitRecv(left);
         });
       } catch (...) {
+        stall_.disarm();
         std::lock_guard<std::mutex> l(mu_);
         current_ = nullptr;
         throw;
       }
+      const bool stalled = stall_.disarm();
       std::lock_guard<std::mutex> l(mu_);
       current_ = nullptr;
-      // An interrupted wait returns false (or, for some waits, as if done): the flag tells.
-      if (aborted_ || !done) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
+      // An interrupted wait returns false (or, for some waits, as if done): the flags tell.
+      if (aborted_) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
+      if (stalled && !done)
+        for (const auto& f : fates_)
+          if (f.second->closed())
+            fail(WT_ERR_REMOTE,
+                 "{}: rank {} closed its pair with this rank: it gave up the round (its own error "
+                 "says why)",
+                 op.what, f.first);
+      if (stalled && !done)
+        fail(WT_ERR_TIMEOUT,
+             "{}: no byte moved on the pair with rank {} for {} ms (stall_timeout_s): the peer "
+             "stopped or the link is cut",
+             op.what, op.peer, stall_.deadline().count());
+      if (!done) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
     }
   } catch (...) {
     discard();

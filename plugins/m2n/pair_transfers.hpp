@@ -1,11 +1,15 @@
 // Transfers over the authenticated Gloo mesh, for host memory: a message is an unbound buffer
 // sent or received on its slot (Gloo moves it only once both ends posted it, so nothing lands
-// where no receive waits); discard() closes every pair.
+// where no receive waits); discard() closes every pair. A round has two deadlines: its messages
+// all within transfer_timeout, and each wait fails once no byte moved on its pair for
+// stall_timeout (a stopped peer or a cut link, told from a slow round).
 #pragma once
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include "../common/proving_device.hpp"
+#include "../common/stall_watch.hpp"
 #include "transfers.hpp"
 
 #include <atomic>
@@ -22,7 +26,8 @@ namespace wt::m2n {
 class PairTransfers final : public Transfers {
  public:
   PairTransfers(std::shared_ptr<gloo::rendezvous::Context> mesh,
-                std::chrono::milliseconds transfer_timeout);
+                std::chrono::milliseconds transfer_timeout,
+                std::chrono::milliseconds stall_timeout = std::chrono::seconds(60));
   ~PairTransfers() override;
 
   void post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
@@ -34,17 +39,22 @@ class PairTransfers final : public Transfers {
   void abort() override;
   bool broken() const override { return broken_; }
   void discard() override;
+  // The rounds also end, at once, when the pair with `peer` closes (a trainer rank that gave up
+  // the round closes its pairs, and the others may be waiting on no pair of it).
+  void end_with(int peer) override;
 
  private:
   struct Op {
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
     bool send = false;
+    int peer = -1;
     std::string what;
   };
   void post(bool send, int peer, uint64_t slot, void* data, std::size_t bytes, std::string what);
   void clear();
   std::shared_ptr<gloo::rendezvous::Context> mesh_;
   std::chrono::milliseconds timeout_;
+  std::vector<std::pair<int, std::shared_ptr<const plugins::PairProgress>>> fates_;
   std::vector<Op> ops_;
   std::size_t waited_ = 0;                         // ops_[0, waited_) are done
   std::chrono::steady_clock::time_point until_{};  // the deadline of the messages in ops_
@@ -52,6 +62,7 @@ class PairTransfers final : public Transfers {
   std::mutex mu_;  // guards current_ and aborted_
   gloo::transport::UnboundBuffer* current_ = nullptr;
   bool aborted_ = false;
+  plugins::StallWatch stall_;  // last: its thread interrupts through current_ under mu_
 };
 
 }  // namespace wt::m2n

@@ -41,6 +41,10 @@ class Transfers {
   // point at goes, tells the peers at once that this round is over here (closes the pairs, aborts
   // the communicator) and leaves the transfers broken. A failed wait does it itself.
   virtual void discard() = 0;
+  // Rounds also end at once when `peer` gives one up (its pairs close), even while this rank
+  // waits on no pair of it. Called before the first round. Gloo pairs only: NCCL has no such
+  // signal (a failed rank there ends the others' waits by their deadline).
+  virtual void end_with(int /*peer*/) {}
 };
 
 }  // namespace wt::m2n

@@ -8,6 +8,8 @@
 //   packed_num_buffers        int, default 2: chunks in flight (packing overlaps broadcasting)
 //   rendezvous_timeout_s      int, default 60: how long the group may take to form
 //   transfer_timeout_s        int, default 300: the deadline of each broadcast
+//   stall_timeout_s           int, default 60: host memory, a broadcast during which no byte moved
+//                             on any of the sender's pairs for this long fails
 // The sender ships the worker init info: vLLM's keys exactly (host: the rendezvous fields with
 // rank_offset 1 instead of rank, and the packed fields; CUDA: nccl_unique_id_b64 in place of the
 // address and port). The worker learns the wire parameters there and nowhere else; its deadlines

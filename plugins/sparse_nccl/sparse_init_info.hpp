@@ -2,7 +2,8 @@
 //   device                    "cpu" (default: host memory over Gloo) or "cuda:N" (NCCL)
 //   master_address, master_port  the rendezvous the sender hosts (Gloo; unused with CUDA)
 //   world_size (sender + every worker), rank
-//   rendezvous_timeout_s      int, default 60;  transfer_timeout_s  int, default 300
+//   rendezvous_timeout_s      int, default 60;  transfer_timeout_s  int, default 300;
+//   stall_timeout_s           int, default 60 (host memory: no byte moving for this long fails)
 // No packing parameters: sparse rounds are never packed. The worker init info the sender ships is
 // vLLM's 7 keys with the unpacked defaults (packed false, 1 GiB, 2), as the dense worker reads it.
 #pragma once
