@@ -129,6 +129,15 @@ INSTANTIATE_TEST_SUITE_P(
              {2, 1, "bfloat16", 2, "", "qwen2.5-0.5b", 2, "m2n"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The config with its one embedded receiver replaced by `wt serve` at 127.0.0.1:port.
+std::string with_receiver_at(std::string text, int port, int timeout_s) {
+  const std::string embedded = "  embedded: true\n  count: 1\n";
+  text.replace(text.find(embedded), embedded.size(),
+               fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: {}\n", port,
+                           timeout_s));
+  return text;
+}
+
 TEST(M2nRefuses, WorkerRanksThatDoNotFormReplicasOfTheTensorParallelSize) {
   RunSetup s;
   s.receivers = 3;
@@ -248,11 +257,7 @@ TEST(M2nFaults, AWorkerRankKilledMidRoundFailsEveryTrainerRankWithinTheTransferD
   s.receivers = 1;
   s.extra_init_info = "  transfer_timeout_s: 5";
   const int port = test::free_port();
-  std::string text = config_text(s);
-  text.replace(
-      text.find("  embedded: true\n  count: 1\n"),
-      std::string("  embedded: true\n  count: 1\n").size(),
-      fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 20\n", port));
+  const std::string text = with_receiver_at(config_text(s), port, 20);
   const std::string config = write_config("m2n-kill-worker.yaml", text);
   // A receiver of its own, killed once two rounds are done.
   const std::string script =
@@ -295,11 +300,7 @@ TEST(M2nFaults, AStoppedWorkerFailsEveryTrainerRankWithinTheStallDeadline) {
   s.receivers = 1;
   s.extra_init_info = "  transfer_timeout_s: 300\n  stall_timeout_s: 3";
   const int port = test::free_port();
-  std::string text = config_text(s);
-  text.replace(
-      text.find("  embedded: true\n  count: 1\n"),
-      std::string("  embedded: true\n  count: 1\n").size(),
-      fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 60\n", port));
+  const std::string text = with_receiver_at(config_text(s), port, 60);
   const std::string config = write_config("m2n-stop-worker.yaml", text);
   const std::string script =
       write_config("m2n-stop-worker.sh", fmt::format(R"(
@@ -346,11 +347,7 @@ TEST(M2nFaults, AWorkerRefusingARoundAtUpdateOrStartFailsEveryTrainerRankAtOnce)
     s.receivers = 1;
     s.extra_init_info = "  transfer_timeout_s: 120\n  stall_timeout_s: 60";
     const int serve_port = test::free_port(), proxy_port = test::free_port();
-    std::string text = config_text(s);
-    text.replace(text.find("  embedded: true\n  count: 1\n"),
-                 std::string("  embedded: true\n  count: 1\n").size(),
-                 fmt::format("  embedded: false\n  url: http://127.0.0.1:{}\n  timeout_s: 60\n",
-                             proxy_port));
+    std::string text = with_receiver_at(config_text(s), proxy_port, 60);
     text.replace(text.find("verify: true"), std::string("verify: true").size(), "verify: false");
     const std::string config =
         write_config(fmt::format("m2n-refuse-{}-{}.yaml", call, ranks), text);
