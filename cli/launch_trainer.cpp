@@ -258,8 +258,10 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       if (!sparse && r + 1 < cfg.rounds)
         perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);
       // The ranks start each round together, as a training loop's optimizer step makes them:
-      // otherwise rank 0's verification would count against the others' transfer deadline.
-      if (group != nullptr && r + 1 < cfg.rounds) {
+      // otherwise rank 0's verification would count against the others' transfer deadline. And
+      // they end together: a rank whose engine went while another still sends its part of the
+      // last round reads, to that one, as a rank that gave the round up (m2n).
+      if (group != nullptr) {
         try {
           group->barrier();
         } catch (const Error& e) {

@@ -49,8 +49,9 @@ TEST(InitInfo, PluginFillsDefaultsInCanonicalJson) {
   EXPECT_EQ(j["packed_num_buffers"], 2);
   EXPECT_EQ(j["rendezvous_timeout_s"], 60);
   EXPECT_EQ(j["transfer_timeout_s"], 300);
+  EXPECT_EQ(j["stall_timeout_s"], 60);
   EXPECT_EQ(j["device"], "cpu");
-  EXPECT_EQ(j.size(), 11u);
+  EXPECT_EQ(j.size(), 12u);
 }
 
 TEST(InitInfo, UnknownKeyIsNamed) {

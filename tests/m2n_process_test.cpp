@@ -225,7 +225,9 @@ TEST(M2nFaults, ATrainerRankKilledMidRoundFailsTheRunWithinTheTransferDeadline) 
   s.model = "qwen2.5-0.5b";
   s.rounds = 40;
   s.receivers = 1;
-  s.extra_init_info = "  transfer_timeout_s: 5";
+  // A killed peer closes its sockets: the run ends at once. The round's own bound is far off (a
+  // loaded machine's 1 GB round may take it); the stall deadline is what bounds the test.
+  s.extra_init_info = "  transfer_timeout_s: 120\n  stall_timeout_s: 5";
   const std::string config = write_config("m2n-kill.yaml", config_text(s));
   // The run in the background; once two rounds are done, trainer rank 1 is killed; the time from
   // the kill to the run's end is what the test measures.
@@ -255,14 +257,16 @@ TEST(M2nFaults, AWorkerRankKilledMidRoundFailsEveryTrainerRankWithinTheTransferD
   s.model = "qwen2.5-0.5b";
   s.rounds = 40;
   s.receivers = 1;
-  s.extra_init_info = "  transfer_timeout_s: 5";
+  // A killed peer closes its sockets: the run ends at once. The round's own bound is far off (a
+  // loaded machine's 1 GB round may take it); the stall deadline is what bounds the test.
+  s.extra_init_info = "  transfer_timeout_s: 120\n  stall_timeout_s: 5";
   const int port = test::free_port();
   const std::string text = with_receiver_at(config_text(s), port, 20);
   const std::string config = write_config("m2n-kill-worker.yaml", text);
   // A receiver of its own, killed once two rounds are done.
   const std::string script =
       write_config("m2n-kill-worker.sh", fmt::format(R"(
-{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n", "transfer_timeout_s": 5}}' > {2}.serve.log 2>&1 &
+{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n", "transfer_timeout_s": 120, "stall_timeout_s": 5}}' > {2}.serve.log 2>&1 &
 serve=$!
 for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
 grep -q 'listening on' {2}.serve.log || {{ cat {2}.serve.log; echo "the receiver did not start"; exit 3; }}
@@ -361,6 +365,8 @@ proxy=$!
 trap 'kill -9 $serve $proxy' EXIT
 for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
 grep -q 'listening on' {2}.serve.log || {{ cat {2}.serve.log; echo "the receiver did not start"; exit 3; }}
+for i in $(seq 100); do grep -q 'listening on' {2}.proxy.log && break; sleep 0.1; done
+grep -q 'listening on' {2}.proxy.log || {{ cat {2}.proxy.log; echo "the proxy did not start"; exit 3; }}
 WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1
 rc=$?
 end=$(date +%s%N)

@@ -482,7 +482,8 @@ TEST(BroadcastGroup, ASlowReceiverThatKeepsMovingOutlastsTheStallDeadline) {
       for (std::size_t i = 0; i < kBytes; ++i)
         same = same && in[i] == static_cast<unsigned char>(i * 7);
       if (same) rc = 0;
-    } catch (...) {
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "the receiver failed: %s\n", e.what());
     }
     ::_exit(rc);
   }

@@ -1,5 +1,6 @@
 #include "gloo_mesh.hpp"
 
+#include "fd_budget.hpp"
 #include "proving_device.hpp"
 #include "session_secret.hpp"
 #include "sigpipe_guard.hpp"
@@ -81,6 +82,10 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
          "a Gloo group needs the session secret the sender minted (field 'session_secret' of the "
          "worker init info)");
   const SessionSecret secret = SessionSecret::from_hex(o.session_secret, "session_secret");
+  // Before any socket: a mesh short of descriptors fails half-formed, and its peers wait.
+  ensure_descriptors(
+      mesh_descriptors(o.world_size, o.rank),
+      fmt::format("a Gloo mesh of {} ranks (this is rank {})", o.world_size, o.rank));
   const auto until = Clock::now() + o.rendezvous_timeout;
   if (o.rank == 0 && store == nullptr)
     store =

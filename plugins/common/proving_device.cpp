@@ -114,7 +114,7 @@ class ProvingPair final : public tcp::Pair {
   // thread) is not used by wt and is left to Gloo.
   bool read() override {
     if (state_ == CLOSED || !proven_ || sync_) return tcp::Pair::read();
-    progress_->touch();
+    PairProgress::Moving moving(*progress_);
     auto* header = reinterpret_cast<char*>(&rx_.preamble);
     if (rx_.nread < sizeof(rx_.preamble)) header_checked_ = false;  // a new message
     while (rx_.nread < sizeof(rx_.preamble)) {
@@ -145,7 +145,12 @@ class ProvingPair final : public tcp::Pair {
   }
 
   bool write(tcp::Op& op) override {
-    if (proven_) progress_->touch();
+    if (!proven_) return tcp::Pair::write(op);
+    if (sync_) {  // a blocking write may wait for good: only its start is progress
+      progress_->touch();
+      return tcp::Pair::write(op);
+    }
+    PairProgress::Moving moving(*progress_);
     return tcp::Pair::write(op);
   }
 

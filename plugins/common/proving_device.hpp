@@ -45,13 +45,36 @@ class PairProgress {
     ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   }
   void mark_closed() noexcept { closed_.store(true, std::memory_order_relaxed); }
+  // Now, while the pair's loop thread is inside a read or write of its non-blocking socket: Gloo
+  // keeps copying until the socket runs dry, which on a busy link can outlast a stall deadline
+  // (or a process stopped and resumed inside it), and every pass of that loop moves bytes.
   Clock::time_point last() const noexcept {
+    if (moving_.load(std::memory_order_relaxed) > 0) return Clock::now();
     return Clock::time_point(Clock::duration(ns_.load(std::memory_order_relaxed)));
   }
   bool closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
 
+  // Held around one read or write on the socket.
+  class Moving {
+   public:
+    explicit Moving(PairProgress& p) noexcept : p_(p) {
+      p_.touch();
+      p_.moving_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Moving() {
+      p_.touch();
+      p_.moving_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    Moving(const Moving&) = delete;
+    Moving& operator=(const Moving&) = delete;
+
+   private:
+    PairProgress& p_;
+  };
+
  private:
   std::atomic<Clock::rep> ns_{Clock::now().time_since_epoch().count()};
+  std::atomic<int> moving_{0};
   std::atomic<bool> closed_{false};
 };
 

@@ -68,8 +68,9 @@ class RoundBracket {
   // update call succeeded (empty: none); a receiver that refuses them fails the round.
   template <typename Transfer, typename OnFailure>
   void run(const std::string& update_text, Transfer&& transfer, OnFailure&& on_failure,
-           const char* weight_version, const std::function<std::string()>& verification = nullptr) {
-    client_.start_weight_update();
+           const char* weight_version, const std::function<std::string()>& verification = nullptr,
+           const std::function<std::string()>& given_up = nullptr) {
+    start(given_up);
     auto watch = std::make_shared<Round::Watch>();
     // Dekker-style with before_collective(): the watcher sets `failed` then looks at `started`,
     // the transfer sets `started` then looks at `failed`, so one of them always sees the other.
@@ -122,6 +123,33 @@ class RoundBracket {
   }
 
  private:
+  // start_weight_update. With `given_up` (why another rank of the round already ended it, or
+  // empty), the call runs beside a watch: a rank that gave the round up while the receiver has
+  // not answered (a stopped host) ends it here at once, not at the control plane's deadline. The
+  // call goes on parked; the inference side hears end_weight_update.
+  void start(const std::function<std::string()>& given_up) {
+    if (!given_up) {
+      client_.start_weight_update();
+      return;
+    }
+    auto rpc = std::make_unique<AsyncRpc>([this] { client_.start_weight_update(); }, &aborted_);
+    std::string why;
+    while (!rpc->finished_within(std::chrono::milliseconds(10)))
+      if (aborted_.aborted() || !(why = given_up()).empty()) break;
+    if (rpc->done()) {
+      rpc->wait(aborted_);  // rethrows its error
+      return;
+    }
+    // The end goes after the start (its own deadline bounds it), never before it.
+    std::shared_ptr<AsyncRpc> started(std::move(rpc));
+    parked_.push_back(std::make_unique<AsyncRpc>([this, started, why] {
+      started->finished_within(std::chrono::hours(24));
+      client_.end_weight_update("start_weight_update: " + (why.empty() ? "aborted" : why));
+    }));
+    if (why.empty()) aborted_.check("start_weight_update");
+    throw sdk::Error(WT_ERR_REMOTE, "start_weight_update: " + why);
+  }
+
   sdk::ClientRef& client_;
   sdk::AbortSignal& aborted_;
   std::vector<std::unique_ptr<AsyncRpc>>& parked_;

@@ -248,7 +248,8 @@ void M2nTrainer::run_round(const sdk::SendArgs& args) {
         send_round(tensors, round);
       },
       // The other ranks' pieces of this round may still be on the wire: the mesh is done.
-      [&](bool) { transfers_->discard(); }, args.weight_version);
+      [&](bool) { transfers_->discard(); }, args.weight_version, nullptr,
+      [this] { return transfers_->given_up(); });
 }
 
 void M2nTrainer::send_round(const std::vector<wt_tensor>& tensors, uint32_t round) {

@@ -115,7 +115,9 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
   else
     transfers_ = std::make_unique<PairTransfers>(plugins::form_gloo_mesh(o, nullptr),
                                                  o.transfer_timeout, o.stall_timeout);
-  for (int k = 0; k < trainers_; ++k) transfers_->end_with(k);  // a trainer rank that gave up
+  // No end_with here: a trainer rank that finished its part of the last round may close its
+  // pairs while the others still send. One that gives a round up closes its pairs, and the other
+  // trainer ranks (which watch each other) close theirs, which ends every wait here at once.
   log_.debug("worker rank {} (tp rank {}) ready: {} parameter(s) planned from {} trainer rank(s)",
              worker_rank_, worker_rank_ % plan_.inference.tensor_parallel, index_->size(),
              trainers_);

@@ -38,6 +38,15 @@ void PairTransfers::end_with(int peer) {
   if (auto p = plugins::pair_progress(*mesh_, peer)) fates_.emplace_back(peer, std::move(p));
 }
 
+std::string PairTransfers::given_up() const {
+  for (const auto& f : fates_)
+    if (f.second->closed())
+      return fmt::format(
+          "rank {} closed its pair with this rank: it gave up the round (its own error says why)",
+          f.first);
+  return {};
+}
+
 void PairTransfers::post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
                               std::string what) {
   post(true, peer, slot, const_cast<void*>(data), bytes, std::move(what));
@@ -124,12 +133,8 @@ void PairTransfers::wait_through(std::size_t n) {
       // An interrupted wait returns false (or, for some waits, as if done): the flags tell.
       if (aborted_) fail(WT_ERR_ABORTED, "{}: aborted", op.what);
       if (stalled && !done)
-        for (const auto& f : fates_)
-          if (f.second->closed())
-            fail(WT_ERR_REMOTE,
-                 "{}: rank {} closed its pair with this rank: it gave up the round (its own error "
-                 "says why)",
-                 op.what, f.first);
+        if (const std::string why = given_up(); !why.empty())
+          fail(WT_ERR_REMOTE, "{}: {}", op.what, why);
       if (stalled && !done)
         fail(WT_ERR_TIMEOUT,
              "{}: no byte moved on the pair with rank {} for {} ms (stall_timeout_s): the peer "

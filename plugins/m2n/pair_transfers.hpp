@@ -42,6 +42,7 @@ class PairTransfers final : public Transfers {
   // The rounds also end, at once, when the pair with `peer` closes (a trainer rank that gave up
   // the round closes its pairs, and the others may be waiting on no pair of it).
   void end_with(int peer) override;
+  std::string given_up() const override;
 
  private:
   struct Op {

@@ -43,8 +43,14 @@ class Transfers {
   virtual void discard() = 0;
   // Rounds also end at once when `peer` gives one up (its pairs close), even while this rank
   // waits on no pair of it. Called before the first round. Gloo pairs only: NCCL has no such
-  // signal (a failed rank there ends the others' waits by their deadline).
+  // signal (a failed rank there ends the others' waits by their deadline). A peer whose pairs
+  // close for another reason (its engine went) reads the same: m2n's trainer ranks watch each
+  // other, and so must end their engines together, after the last round (a barrier).
   virtual void end_with(int /*peer*/) {}
+  // Why this round is over because a peer passed to end_with gave it up ("rank 2 closed its pair
+  // with this rank: ..."), or empty. Rank 0 asks it while it waits on the control plane, where no
+  // pair is watched.
+  virtual std::string given_up() const { return {}; }
 };
 
 }  // namespace wt::m2n

@@ -5,7 +5,8 @@ It forwards every request unchanged, except the Nth POST to the call named by CA
                         (names, dtype_names, shapes), which an m2n worker refuses before it posts
                         a receive;
   start_weight_update   answered 503 here, as a receiver that cannot start would, unforwarded.
-It prints "refused-at NS" (CLOCK_REALTIME, ns) to stdout, flushed, when it does.
+It prints "listening on PORT" once it accepts connections, and "refused-at NS" (CLOCK_REALTIME,
+ns) when it refuses; both flushed to stdout.
 
     refusing_proxy.py LISTEN_PORT UPSTREAM_PORT N [CALL]
 """
@@ -77,4 +78,6 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = forward
 
 
-http.server.ThreadingHTTPServer(("127.0.0.1", listen_port), Proxy).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", listen_port), Proxy)
+print(f"listening on {listen_port}", flush=True)
+server.serve_forever()
