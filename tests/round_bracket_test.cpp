@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace wt::plugins {
@@ -72,12 +74,23 @@ struct HeldReceiver {
   }
 };
 
-TEST(RoundBracket, ARankThatGaveUpEndsARoundWhoseStartIsNotAnswered) {
+// One round's sender side: the held receiver, its client, the abort flag and the parked calls.
+// Ending releases the receiver first, so a failed test never leaves a parked call waiting on it.
+class RoundBracketTest : public ::testing::Test {
+ protected:
+  ~RoundBracketTest() override {
+    receiver.release();
+    parked.clear();
+  }
+
   HeldReceiver receiver;
   const wt_client c = receiver.client();
-  sdk::ClientRef client(&c);
+  sdk::ClientRef client{&c};
   sdk::AbortSignal aborted;
   std::vector<std::unique_ptr<AsyncRpc>> parked;
+};
+
+TEST_F(RoundBracketTest, ARankThatGaveUpEndsARoundWhoseStartIsNotAnswered) {
   bool transferred = false;
   const auto t0 = Clock::now();
   try {
@@ -104,12 +117,7 @@ TEST(RoundBracket, ARankThatGaveUpEndsARoundWhoseStartIsNotAnswered) {
                                            "pair with this rank"));
 }
 
-TEST(RoundBracket, WithNoRankGivingUpTheRoundWaitsForItsStart) {
-  HeldReceiver receiver;
-  const wt_client c = receiver.client();
-  sdk::ClientRef client(&c);
-  sdk::AbortSignal aborted;
-  std::vector<std::unique_ptr<AsyncRpc>> parked;
+TEST_F(RoundBracketTest, WithNoRankGivingUpTheRoundWaitsForItsStart) {
   std::thread releaser([&] {
     std::this_thread::sleep_for(200ms);
     receiver.release();
