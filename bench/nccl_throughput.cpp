@@ -146,7 +146,8 @@ class RawGloo {
     }
   };
   std::unique_ptr<Rank> group(int port, int rank) {
-    wt::plugins::TcpStoreClient store("127.0.0.1", port, secret_,
+    wt::plugins::TcpStoreClient store("127.0.0.1", port,
+                                      wt::plugins::SessionKeys::of_secret(secret_, rank),
                                       Clock::now() + std::chrono::seconds(60));
     gloo::transport::tcp::attr attr("127.0.0.1");
     auto device = gloo::transport::tcp::CreateDevice(attr);

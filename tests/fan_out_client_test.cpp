@@ -33,6 +33,34 @@ TEST(FanOutClient, EachReplicaGetsItsOwnRankOffset) {
   EXPECT_EQ(nlohmann::json::parse(c.calls().at(0).payload).at("master_port"), 29500);
 }
 
+// Keys for one rank only (<wt/sdk/rank_keys.hpp>): each replica is given the rank_keys entries of
+// its own ranks and no other, a single replica too.
+TEST(FanOutClient, EachReplicaIsGivenOnlyTheKeysOfItsRanks) {
+  test::RecordingClient a, b, c;
+  FanOutClient fan({{&a, 2, "a"}, {&b, 1, "b"}, {&c, 4, "c"}});
+  nlohmann::json info = {
+      {"rank_offset", 1}, {"world_size", 8}, {"rank_keys", nlohmann::json::object()}};
+  for (int o = 1; o <= 7; ++o) info["rank_keys"][std::to_string(o)] = "key of " + std::to_string(o);
+  info["rank_keys"]["9"] = "a rank nobody has";
+  fan.init_weight_transfer_engine(info.dump());
+  auto keys = [](const test::RecordingClient& r) {
+    const auto sent = nlohmann::json::parse(r.calls().at(0).payload);
+    std::vector<std::string> out;
+    for (const auto& [o, k] : sent.at("rank_keys").items())
+      out.push_back(o + "=" + k.get<std::string>());
+    return out;
+  };
+  EXPECT_THAT(keys(a), ElementsAre("1=key of 1", "2=key of 2"));
+  EXPECT_THAT(keys(b), ElementsAre("3=key of 3"));
+  EXPECT_THAT(keys(c), ElementsAre("4=key of 4", "5=key of 5", "6=key of 6", "7=key of 7"));
+
+  test::RecordingClient only;
+  FanOutClient one({{&only, 2, "only"}});
+  info["rank_offset"] = 3;
+  one.init_weight_transfer_engine(info.dump());
+  EXPECT_THAT(keys(only), ElementsAre("3=key of 3", "4=key of 4"));
+}
+
 TEST(FanOutClient, InitInfoWithoutRankOffsetIsSentAsItIs) {
   test::RecordingClient a, b;
   FanOutClient fan({{&a, 1, "a"}, {&b, 1, "b"}});

@@ -137,6 +137,9 @@ TEST(RedactedJson, HidesSecretsAtAnyDepthAndKeepsTheRest) {
   const std::string text = R"({"session_secret":")" + secret +
                            R"(","master_port":29500,"replicas":[{"token":"t0k","url":"u"}],)"
                            R"("nested":{"trainer_secret":"s","nccl_unique_id_b64":"AAAA"},)"
+                           R"("rank_keys":{"1":")" +
+                           std::string(64, 'c') +
+                           R"("},)"
                            R"("secretive":"kept"})";
   const std::string out = redacted_json(text, 4096);
   EXPECT_EQ(out.find(secret), std::string::npos);
@@ -144,6 +147,8 @@ TEST(RedactedJson, HidesSecretsAtAnyDepthAndKeepsTheRest) {
   EXPECT_EQ(out.find("AAAA"), std::string::npos);
   EXPECT_EQ(out.find(R"("s")"), std::string::npos);
   EXPECT_THAT(out, HasSubstr(R"("session_secret":"<redacted>")"));
+  EXPECT_THAT(out, HasSubstr(R"("rank_keys":"<redacted>")"));
+  EXPECT_EQ(out.find(std::string(64, 'c')), std::string::npos);
   EXPECT_THAT(out, HasSubstr(R"("master_port":29500)"));
   EXPECT_THAT(out, HasSubstr(R"("url":"u")"));
   EXPECT_THAT(out, HasSubstr(R"("secretive":"kept")"));

@@ -129,7 +129,7 @@ TEST(Launch, NoSecretReachesTheLogsAtTraceLevel) {
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr("initialised with {")) << name;
     if (std::string(name) != "m2n_host.yaml") {  // m2n's line ends in its plan, before the secret
-      EXPECT_THAT(r.output, HasSubstr(R"("session_secret":"<redacted>")")) << name;
+      EXPECT_THAT(r.output, HasSubstr(R"("rank_keys":"<redacted>")")) << name;
     }
     std::smatch m;
     EXPECT_FALSE(std::regex_search(r.output, m, std::regex("[0-9a-f]{64}")))

@@ -540,6 +540,44 @@ TEST(NcclWorkerSpy, RendezvousModesAreExclusiveAndTheUniqueIdIsChecked) {
   expect_refused({{"rank_offset", 1}, {"world_size", 2}}, "field 'master_address'");
 }
 
+// A host-memory worker takes its own rank key from rank_keys, and refuses an init info that holds
+// another rank's key (whoever delivered it did not split it: every receiver could act as every
+// other), holds none of its own, or holds one that is not a key; each error names the field.
+TEST(NcclWorkerSpy, TakesItsOwnRankKeyAndRefusesOthersKeys) {
+  Spy spy;
+  const std::string mine(64, 'd'), theirs(64, 'e');
+  json base = {{"master_address", "h"}, {"master_port", 1}, {"rank_offset", 2}, {"world_size", 4}};
+  plugins::CommunicatorOptions seen;
+  {
+    json init = base;
+    init["rank_keys"] = {{"2", mine}};
+    nccl::NcclWorker worker(worker_context(), init, [&](const plugins::CommunicatorOptions& o) {
+      seen = o;
+      return spy.factory()(o);
+    });
+  }
+  EXPECT_EQ(seen.rank_key, mine);
+  EXPECT_EQ(seen.session_secret, "");
+  auto refusal = [&](json keys) {
+    json init = base;
+    init["rank_keys"] = std::move(keys);
+    try {
+      nccl::NcclWorker worker(worker_context(), init, spy.factory());
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_THAT(refusal({{"2", mine}, {"3", theirs}}),
+              HasSubstr("field 'rank_keys' holds the keys of 2 ranks, not only rank_offset 2's: "
+                        "whatever delivered it did not split it per rank"));
+  EXPECT_THAT(refusal({{"3", theirs}}),
+              HasSubstr("field 'rank_keys' holds no key for rank_offset 2"));
+  EXPECT_THAT(refusal({{"2", "short"}}), HasSubstr("field 'rank_keys' must be"));
+  EXPECT_THAT(refusal(json::array()), HasSubstr("field 'rank_keys' must be an object"));
+}
+
 // A host's loader as a packed worker meets it: destinations for the first `offered` tensors,
 // either back to back in one block (as the reference receiver stages them) or each apart; the
 // rest arrive through load(). Records every call.
@@ -746,6 +784,7 @@ struct DigestedRound {
   PackedRound round;
   std::vector<const void*> into;
   std::string secret = std::string(64, 'b');
+  uint64_t seed = plugins::digest_seed(secret);
   std::unique_ptr<nccl::NcclWorker> worker;
   OfferingLoader loader{OfferingLoader::Layout::apart, 5, round.sizes};
   wt_loader c = loader.c();
@@ -760,8 +799,9 @@ struct DigestedRound {
              {"packed", true},
              {"packed_buffer_size_bytes", 64},
              {"packed_num_buffers", 2},
-             {"session_secret", secret},
-             {"round_digests", "xxh3-128"}},
+             {"rank_keys", {{"1", std::string(64, 'c')}}},
+             {"round_digests", "xxh3-128"},
+             {"round_digests_seed", plugins::seed_hex(seed)}},
         [&](const plugins::CommunicatorOptions&) {
           return std::make_unique<test::FeedingCommunicator>(round.stream, into);
         });
@@ -774,8 +814,7 @@ struct DigestedRound {
     std::size_t at = 0;
     for (std::size_t n : cuts) {
       XXH128_canonical_t c;
-      XXH128_canonicalFromHash(
-          &c, XXH3_128bits_withSeed(sent.data() + at, n, plugins::digest_seed(secret)));
+      XXH128_canonicalFromHash(&c, XXH3_128bits_withSeed(sent.data() + at, n, seed));
       bytes.append(reinterpret_cast<const char*>(c.digest), sizeof c.digest);
       at += n;
     }

@@ -107,14 +107,16 @@ TEST_P(NcclHost, ByteExactOverSeveralRounds) {
   // straight into it (unpacked: one per tensor; packed: one per chunk, the receiver staging the
   // chunk's tensors back to back), or copied there from the packed buffer.
   EXPECT_EQ(receiver.tensors_written_in_place(), 3 * source.tensors().size());
-  // The worker init payload: vLLM's keys, and on host memory the session's secret (64 hex
-  // digits, a new one per init) and the round digests it asks for.
+  // The worker init payload: vLLM's keys, and on host memory each worker's own key (64 hex
+  // digits, a new one per init, split per rank by whoever fans the info out) and the round
+  // digests it asks for, with their seed.
   auto init = json::parse(client.calls()[0].payload);
   std::set<std::string> keys;
   for (auto it = init.begin(); it != init.end(); ++it) keys.insert(it.key());
-  EXPECT_EQ(keys, (std::set<std::string>{"master_address", "master_port", "rank_offset",
-                                         "world_size", "packed", "packed_buffer_size_bytes",
-                                         "packed_num_buffers", "session_secret", "round_digests"}));
+  EXPECT_EQ(keys,
+            (std::set<std::string>{"master_address", "master_port", "rank_offset", "world_size",
+                                   "packed", "packed_buffer_size_bytes", "packed_num_buffers",
+                                   "rank_keys", "round_digests", "round_digests_seed"}));
   EXPECT_EQ(init["round_digests"], "xxh3-128");
   // Each round: start, the tensors, then their digests (16 bytes per broadcast: one per tensor
   // unpacked, one per chunk packed), then finish.
@@ -128,9 +130,14 @@ TEST_P(NcclHost, ByteExactOverSeveralRounds) {
     const auto digests = json::parse(client.calls()[3 + 4 * round].payload);
     ASSERT_EQ(digests.size(), 1u);
     const std::size_t b64 = digests["round_digests"].get<std::string>().size();
-    if (!GetParam()) EXPECT_EQ(b64, (16 * source.tensors().size() + 2) / 3 * 4);
+    if (!GetParam()) {
+      EXPECT_EQ(b64, (16 * source.tensors().size() + 2) / 3 * 4);
+    }
   }
-  EXPECT_THAT(init["session_secret"].get<std::string>(), ::testing::MatchesRegex("[0-9a-f]{64}"));
+  ASSERT_EQ(init["rank_keys"].size(), 1u);  // one worker: rank_offset 1
+  EXPECT_THAT(init["rank_keys"]["1"].get<std::string>(), ::testing::MatchesRegex("[0-9a-f]{64}"));
+  EXPECT_THAT(init["round_digests_seed"].get<std::string>(),
+              ::testing::MatchesRegex("[0-9a-f]{16}"));
   EXPECT_EQ(init["rank_offset"], 1);
 }
 

@@ -2,13 +2,13 @@
 // processes (`wt serve` receivers, wt_test_trainer): a stranger on the store's port during the
 // rendezvous, a sender (this process, holding the session's secret) broadcasting more or fewer
 // bytes than its update info promised or NaN in sparse values, a receiver (this process, holding
-// the secret too) that alters what it relays down Gloo's broadcast tree, a receiver stopped or
+// its own rank key) that alters what it relays down Gloo's broadcast tree, a receiver stopped or
 // killed inside a broadcast, a stranger racing the peers to the Gloo pair ports, a trainer that
 // drifted from the model the receivers hold, 200 clients polling a receiver during rounds, and a
 // group of one trainer and 64 receivers. Each prints the time from fault to report.
 #include "broadcast_group.hpp"
 #include "gloo_mesh.hpp"
-#include "session_secret.hpp"
+#include "session_keys.hpp"
 #include "sigpipe_guard.hpp"
 
 #include <wt/services/http_client.hpp>
@@ -132,7 +132,7 @@ struct TestSender {
                  {"packed", false},
                  {"packed_buffer_size_bytes", 1 << 30},
                  {"packed_num_buffers", 2},
-                 {"session_secret", secret.hex()}};
+                 {"rank_keys", {{"1", plugins::SessionKeys::rank_key(secret, 1).hex()}}}};
     init.update(extra);
     std::thread join([&] { client.init_weight_transfer_engine(init.dump()); });
     plugins::CommunicatorOptions o;
@@ -225,7 +225,7 @@ TEST(NcclTrust, ASparseRoundOfTheWrongLengthOrWithNaNIsRefusedAndChangesNothing)
   EXPECT_TRUE(HttpClient(a.url).weight_checksums().empty());
 }
 
-// Receiver rank 1 of a world of 4, played by this process: an insider holding the session secret,
+// Receiver rank 1 of a world of 4, played by this process: an insider holding its own rank key,
 // as every receiver does. It answers the trainer's calls as `wt serve` does and, inside each
 // update, relays every broadcast down Gloo's binomial tree by hand (from rank 0, on to rank 3),
 // flipping one byte of tensor `alter` in round `alter_round` as it forwards it.
@@ -291,7 +291,7 @@ struct RelayingReceiver {
     plugins::CommunicatorOptions o;
     o.master_address = info.at("master_address").get<std::string>();
     o.master_port = info.at("master_port").get<int>();
-    o.session_secret = info.at("session_secret").get<std::string>();
+    o.rank_key = info.at("rank_keys").at("1").get<std::string>();  // its own, all it was given
     o.world_size = info.at("world_size").get<int>();
     o.rank = info.at("rank_offset").get<int>();
     o.rendezvous_timeout = 20s;
@@ -550,7 +550,7 @@ TEST(NcclTrust, AStrangerRacingThePeersToTheGlooPairPortsEndsNoProcess) {
             << rc << "\n"
             << t.output();
   if (rc != 0) {
-    EXPECT_THAT(t.output(), HasSubstr("did not prove the session secret"));
+    EXPECT_THAT(t.output(), HasSubstr("did not prove"));
   }
   // Both receivers are up and take the next init.
   cli::Child again(trainer({&a, &b}, test::free_port(), 2));

@@ -1,12 +1,13 @@
-// Gloo pairs that prove the session secret on the bare socket (plugins/common/proving_device), as
+// Gloo pairs that prove their pair's key on the bare socket (plugins/common/proving_device), as
 // an attacker on the pair ports sees them: a stranger who takes a pair's port before the real peer
 // and sends a malformed Gloo frame (plain Gloo parses it on its loop thread and ends the process),
 // one who connects and stays silent, and a peer that proves the secret and then sends a malformed
-// frame. The ranks are threads of this process, so a frame that ended the process would end the
-// test; the rendezvous store is Gloo's in-memory one, gated so the stranger is always first.
+// frame, and an insider holding one rank's key that connects as another. The ranks are threads of
+// this process, so a frame that ended the process would end the test; the rendezvous store is
+// Gloo's in-memory one, gated so the stranger is always first.
 #include "proving_device.hpp"
 #include "gloo_mesh.hpp"
-#include "session_secret.hpp"
+#include "session_keys.hpp"
 
 #include <wt/sdk/errors.hpp>
 
@@ -37,6 +38,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const SessionSecret kSecret = SessionSecret::from_hex(std::string(64, 'a'), "secret");
+
+// Rank 0 as the trainer holds it (the secret); rank r > 0 as a worker does: its own key, which
+// derives the key of its pairs with lower ranks.
+std::shared_ptr<const SessionKeys> keys_of(int rank) {
+  return std::make_shared<SessionKeys>(
+      rank == 0 ? SessionKeys::of_secret(kSecret, 0)
+                : SessionKeys::of_rank_key(SessionKeys::rank_key(kSecret, rank), rank));
+}
 
 // Gloo's in-memory store whose reads of pair addresses wait until the test opens it: every rank
 // has published its pairs' addresses (and its pairs listen) but none has connected yet. (The
@@ -133,7 +142,7 @@ struct TwoRanks {
     for (int r = 0; r < 2; ++r)
       threads[r] = std::thread([this, &store, r, deadline] {
         try {
-          auto device = make_proving_device("127.0.0.1", kSecret, Clock::now() + deadline);
+          auto device = make_proving_device("127.0.0.1", keys_of(r), Clock::now() + deadline);
           auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
           context->setTimeout(deadline);
           context->connectFullMesh(store, device);
@@ -163,9 +172,10 @@ TEST(ProvingDevice, AStrangerWhoTakesAPairsPortFirstAndSendsAMalformedFrameIsRef
   ranks.join();
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(ranks.errors[r],
-                HasSubstr(fmt::format("the peer connected as rank {} did not prove the session "
-                                      "secret (a stranger on the pair's port?); no weight was sent",
-                                      1 - r)))
+                HasSubstr(fmt::format("the peer connected as rank {} did not prove the key of its "
+                                      "pair with rank {}: it is not rank {} (a stranger on the "
+                                      "pair's port?); no weight was sent",
+                                      1 - r, r, 1 - r)))
         << "rank " << r;
     EXPECT_LT(ranks.ended[r] - opened, 1s) << "rank " << r;
     ::close(strangers[r]);
@@ -193,7 +203,7 @@ TEST(ProvingDevice, AStrangerWhoPassesEachSidesAnswerToTheOtherIsRefused) {
   store.open();
   ranks.join();
   for (int r = 0; r < 2; ++r)
-    EXPECT_THAT(ranks.errors[r], HasSubstr("did not prove the session secret")) << "rank " << r;
+    EXPECT_THAT(ranks.errors[r], HasSubstr("did not prove the key of its pair")) << "rank " << r;
   ::close(s0);
   ::close(s1);
 }
@@ -211,7 +221,7 @@ TEST(ProvingDevice, ASilentStrangerFailsThePairAtTheRendezvousDeadline) {
   int named = 0;
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(ranks.errors[r], "") << "rank " << r;
-    named += ranks.errors[r].find("did not prove the session secret in time") != std::string::npos;
+    named += ranks.errors[r].find("did not prove its pair's key in time") != std::string::npos;
     EXPECT_LT(ranks.ended[r] - start, 3500ms) << "rank " << r;
     ::close(strangers[r]);
   }
@@ -261,7 +271,8 @@ class HandMadeRank1 {
     // From rank 1, to rank 0, as the side that accepted ('a') or dialled ('d').
     const char ranks10[9] = {1, 0, 0, 0, 0, 0, 0, 0, rank0_dials ? 'a' : 'd'};
     m.append(ranks10, sizeof ranks10);
-    const Mac answer = kSecret.mac("wt gloo pair", m);
+    const Mac answer =
+        SessionKeys::pair_key(SessionKeys::rank_key(kSecret, 1), 0).mac("wt gloo pair", m);
     send_all(fd_, answer.data(), answer.size());
     Mac theirs_answer{};
     EXPECT_TRUE(recv_all(fd_, theirs_answer.data(), theirs_answer.size()));
@@ -274,9 +285,38 @@ class HandMadeRank1 {
   sockaddr_in mine_{};
 };
 
+// An insider: a worker holding rank 2's key takes rank 1's place beside rank 0 (it read rank 0's
+// pair address from the store, as any rank may). Its answer is made with rank 2's key, so rank 0
+// does not take it for rank 1, and says which rank it claimed to be.
+TEST(ProvingDevice, AnInsiderHoldingOneRanksKeyCannotActAsAnother) {
+  gloo::rendezvous::HashStore store;
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  const std::shared_ptr<const SessionKeys> keys[2] = {
+      keys_of(0), std::make_shared<SessionKeys>(
+                      SessionKeys::of_rank_key(SessionKeys::rank_key(kSecret, 2), 1))};
+  const auto t0 = Clock::now();
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto device = make_proving_device("127.0.0.1", keys[r], Clock::now() + 3s);
+        auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
+        context->setTimeout(3s);
+        context->connectFullMesh(store, device);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(errors[0], HasSubstr("the peer connected as rank 1 did not prove the key of its pair "
+                                   "with rank 0: it is not rank 1"));
+  EXPECT_THAT(errors[1], HasSubstr("did not prove")) << "rank 0's answer is not one for it either";
+  EXPECT_LT(Clock::now() - t0, 5s);
+}
+
 TEST(ProvingDevice, AMalformedFrameAfterTheProofFailsThePairNotTheProcess) {
   gloo::rendezvous::HashStore store;
-  auto device = make_proving_device("127.0.0.1", kSecret, Clock::now() + 10s);
+  auto device = make_proving_device("127.0.0.1", keys_of(0), Clock::now() + 10s);
   auto context = std::make_shared<gloo::rendezvous::Context>(0, 2);
   context->setTimeout(10s);
   HandMadeRank1 rank1(store);
@@ -305,7 +345,7 @@ TEST(ProvingDevice, AMalformedFrameAfterTheProofFailsThePairNotTheProcess) {
 // commit bytes nobody sent. The pair refuses the message before a byte of it lands.
 TEST(ProvingDevice, AMessageShorterThanItsReceiveFailsThePairAndLandsNothing) {
   gloo::rendezvous::HashStore store;
-  auto device = make_proving_device("127.0.0.1", kSecret, Clock::now() + 10s);
+  auto device = make_proving_device("127.0.0.1", keys_of(0), Clock::now() + 10s);
   auto context = std::make_shared<gloo::rendezvous::Context>(0, 2);
   context->setTimeout(10s);
   HandMadeRank1 rank1(store);

@@ -68,6 +68,23 @@ TEST(ReceiverGroup, EachRankIsGivenTheDeploymentsRankOffsetPlusItsPlace) {
   }
 }
 
+// Keys for one rank only (<wt/sdk/rank_keys.hpp>): each rank is given its own entry of the init
+// info's rank_keys and no other, however many the trainer sent; a group of one too.
+TEST(ReceiverGroup, EachRankIsGivenOnlyItsOwnRankKey) {
+  for (int ranks : {3, 1}) {
+    auto g = group_of(ranks);
+    json keys = json::object();
+    for (int o = 1; o <= 9; ++o) keys[std::to_string(o)] = std::string(64, 'a' + o);
+    g->init_weight_transfer_engine({{"rank_offset", 5}, {"world_size", 10}, {"rank_keys", keys}});
+    g->start_weight_update();
+    g->update_weights({{"report_rank_offset", true}});
+    g->finish_weight_update("v");
+    for (int k = 0; k < ranks; ++k)
+      EXPECT_EQ(floats_of(g->rank(k), "rank_keys"), std::vector<float>{5.0f + k})
+          << ranks << " ranks, rank " << k;
+  }
+}
+
 TEST(ReceiverGroup, AListGivesEachRankItsOwnPayloadAndMustHaveOnePerRank) {
   auto g = group_of(2);
   commit_first_round(*g);

@@ -1,9 +1,10 @@
 // The rendezvous store of the nccl backends (plugins/common/tcp_store) and the Gloo group formed
 // on it (broadcast_group): values across clients, deadlines, one deadline for a whole
-// rendezvous, and an attacker's view: strangers without the session secret, a store of another
-// session on the port, keys set twice, values and stores too large, connections held idle, a
-// peer with the store's secret that fails the pair challenge, broadcasts of the wrong length, an
-// abort of a root with three children, and a peer that died under a write (SIGPIPE).
+// rendezvous, and an attacker's view: strangers without a rank's key, a store of another session
+// on the port, keys set twice, a rank setting another rank's keys or connecting as another rank,
+// values and stores too large, connections held idle, a peer that fails the pair challenge,
+// broadcasts of the wrong length, an abort of a root with three children, and a peer that died
+// under a write (SIGPIPE).
 #include "tcp_store.hpp"
 #include "broadcast_group.hpp"
 #include "session_secret.hpp"
@@ -82,6 +83,14 @@ struct Warnings {
 
 const SessionSecret kSecret = SessionSecret::mint();
 
+// Rank `rank` as a trainer rank holds it (the secret) and as a worker does (its own key only).
+SessionKeys trainer(int rank) {
+  return SessionKeys::of_secret(kSecret, rank);
+}
+SessionKeys worker(int rank) {
+  return SessionKeys::of_rank_key(SessionKeys::rank_key(kSecret, rank), rank);
+}
+
 TcpStoreServer::Limits quick() {
   TcpStoreServer::Limits l;
   l.auth_deadline = 300ms;
@@ -91,26 +100,92 @@ TcpStoreServer::Limits quick() {
 
 TEST(TcpStore, ValuesSetByOneClientAreSeenByAnotherAndAKeyIsSetOnce) {
   TcpStoreServer server("127.0.0.1", 0, kSecret, {});
-  TcpStoreClient a("127.0.0.1", server.port(), kSecret, Clock::now() + 2s),
-      b("127.0.0.1", server.port(), kSecret, Clock::now() + 2s);
-  a.set("rank0", bytes("address of rank 0"));
-  b.wait({"rank0"});
-  EXPECT_EQ(b.get("rank0"), bytes("address of rank 0"));
-  b.set("empty", bytes(""));  // empty values are values
-  EXPECT_EQ(a.get("empty"), bytes(""));
+  TcpStoreClient a("127.0.0.1", server.port(), trainer(0), Clock::now() + 2s),
+      b("127.0.0.1", server.port(), worker(1), Clock::now() + 2s),
+      again("127.0.0.1", server.port(), trainer(0), Clock::now() + 2s);
+  a.set("0", bytes("address of rank 0"));
+  b.wait({"0"});
+  EXPECT_EQ(b.get("0"), bytes("address of rank 0"));
+  b.set("rank_1", bytes(""));  // empty values are values
+  EXPECT_EQ(a.get("rank_1"), bytes(""));
   try {
-    b.set("rank0", bytes("an impostor's address"));
+    again.set("0", bytes("another address"));
     FAIL() << "a key was overwritten";
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_STATE);
-    EXPECT_THAT(e.what(), HasSubstr("key 'rank0' is already set"));
+    EXPECT_THAT(e.what(), HasSubstr("key '0' is already set"));
   }
-  EXPECT_EQ(a.get("rank0"), bytes("address of rank 0"));
+  EXPECT_EQ(a.get("0"), bytes("address of rank 0"));
+}
+
+// An insider: a worker that legitimately holds rank 1's key sets the keys of other ranks first,
+// so that their own sets fail (a squat) or their peers meet it instead. Every such set is refused
+// and logged, nothing is stored, and the ranks named set their own keys after it.
+TEST(TcpStore, ARankSetsItsOwnKeysOnly) {
+  Warnings w;
+  TcpStoreServer server("127.0.0.1", 0, kSecret, TcpStoreServer::Limits::for_world(3), w.sink());
+  TcpStoreClient insider("127.0.0.1", server.port(), worker(1), Clock::now() + 2s);
+  for (const char* key : {"2", "rank_2", "0", "rank_0", "12", "rank_1x", "x"}) {
+    try {
+      insider.set(key, bytes("the insider's address"));
+      FAIL() << "rank 1 set key '" << key << "'";
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+      EXPECT_THAT(e.what(),
+                  HasSubstr(fmt::format(
+                      "rank 1 may not set key '{}' (a rank sets its own keys only)", key)));
+    }
+  }
+  EXPECT_THAT(w.all(), HasSubstr("rank 1 (127.0.0.1:"));
+  EXPECT_THAT(w.all(), HasSubstr("tried to set key 'rank_2', which is not its own; refused"));
+  TcpStoreClient honest("127.0.0.1", server.port(), worker(2), Clock::now() + 2s);
+  honest.set("2", bytes("rank 2's address"));
+  honest.set("rank_2", bytes("rank 2's host"));
+  EXPECT_EQ(insider.get("2"), bytes("rank 2's address"));
+  insider.set("1", bytes("rank 1's address"));  // its own
+  EXPECT_EQ(honest.get("1"), bytes("rank 1's address"));
+}
+
+// Rank 1's key does not make its holder rank 2, nor a rank outside the world: the store says so
+// (the client fails at once, naming the rank) and logs it.
+TEST(TcpStore, AClientCannotConnectAsAnotherRank) {
+  Warnings w;
+  TcpStoreServer server("127.0.0.1", 0, kSecret, TcpStoreServer::Limits::for_world(3), w.sink());
+  for (int claimed : {2, 0, 3}) {
+    const auto t0 = Clock::now();
+    try {
+      TcpStoreClient c("127.0.0.1", server.port(),
+                       SessionKeys::of_rank_key(SessionKeys::rank_key(kSecret, 1), claimed),
+                       Clock::now() + 5s);
+      FAIL() << "connected as rank " << claimed;
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_REMOTE);
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("refused this session: it refused rank {}'s key",
+                                                  claimed)));
+    }
+    EXPECT_LT(Clock::now() - t0, 1s) << "refused at once, not at the deadline";
+  }
+  EXPECT_THAT(w.all(), HasSubstr("did not prove the key of rank 2"));
+  EXPECT_THAT(w.all(), HasSubstr("it connected as rank 3, outside a world of 3"));
+}
+
+// A worker gets the keys of its pairs with higher ranks from the store, each wrapped under its own
+// key: what it unwraps is what the trainer derives, and no other rank's connection could read it.
+TEST(TcpStore, AWorkerLearnsTheKeysOfItsPairsWithHigherRanks) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret, TcpStoreServer::Limits::for_world(5));
+  SessionKeys mine = worker(2);
+  TcpStoreClient c("127.0.0.1", server.port(), mine, Clock::now() + 2s);
+  EXPECT_THROW(mine.pair_key_with(3), sdk::Error);
+  c.learn_pair_keys(mine, 5);
+  for (int peer : {0, 1, 3, 4})
+    EXPECT_TRUE(mine.pair_key_with(peer) == trainer(2).pair_key_with(peer)) << "peer " << peer;
+  EXPECT_TRUE(worker(3).pair_key_with(2) == mine.pair_key_with(3)) << "both ends hold the same key";
+  EXPECT_FALSE(mine.pair_key_with(3) == mine.pair_key_with(4));
 }
 
 TEST(TcpStore, AKeyThatNeverComesIsATimeoutNamingIt) {
   TcpStoreServer server("127.0.0.1", 0, kSecret, {});
-  TcpStoreClient c("127.0.0.1", server.port(), kSecret, Clock::now() + 5s);
+  TcpStoreClient c("127.0.0.1", server.port(), trainer(0), Clock::now() + 5s);
   auto t0 = Clock::now();
   try {
     c.wait({"rank7"}, 300ms);
@@ -126,7 +201,7 @@ TEST(TcpStore, AKeyThatNeverComesIsATimeoutNamingIt) {
 TEST(TcpStore, EveryWaitEndsByTheClientsOneDeadline) {
   TcpStoreServer server("127.0.0.1", 0, kSecret, {});
   const auto t0 = Clock::now();
-  TcpStoreClient c("127.0.0.1", server.port(), kSecret, t0 + 500ms);
+  TcpStoreClient c("127.0.0.1", server.port(), trainer(0), t0 + 500ms);
   EXPECT_THROW(c.wait({"a"}, 60s), sdk::Error);
   EXPECT_THROW(c.wait({"b"}, 60s), sdk::Error);
   EXPECT_LT(Clock::now() - t0, 1500ms);
@@ -140,17 +215,17 @@ TEST(TcpStore, AClientWaitsForAServerThatComesLater) {
     std::this_thread::sleep_for(300ms);
     server = std::make_unique<TcpStoreServer>("127.0.0.1", port, kSecret, TcpStoreServer::Limits{});
   });
-  TcpStoreClient c("127.0.0.1", port, kSecret, Clock::now() + 5s);
+  TcpStoreClient c("127.0.0.1", port, trainer(0), Clock::now() + 5s);
   later.join();
-  c.set("k", bytes("v"));
-  EXPECT_EQ(c.get("k"), bytes("v"));
+  c.set("0", bytes("v"));
+  EXPECT_EQ(c.get("0"), bytes("v"));
 }
 
 TEST(TcpStore, NoServerIsATimeoutNamingTheAddress) {
   int port = 0;
   { port = TcpStoreServer("127.0.0.1", 0, kSecret, {}).port(); }
   try {
-    TcpStoreClient c("127.0.0.1", port, kSecret, Clock::now() + 300ms);
+    TcpStoreClient c("127.0.0.1", port, trainer(0), Clock::now() + 300ms);
     FAIL();
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_TIMEOUT);
@@ -164,27 +239,29 @@ TEST(TcpStore, AClientOfAnotherSessionIsRefusedAndSaysWhy) {
   Warnings w;
   TcpStoreServer server("127.0.0.1", 0, kSecret, quick(), w.sink());
   try {
-    TcpStoreClient c("127.0.0.1", server.port(), SessionSecret::mint(), Clock::now() + 5s);
+    TcpStoreClient c("127.0.0.1", server.port(), SessionKeys::of_secret(SessionSecret::mint(), 1),
+                     Clock::now() + 5s);
     FAIL();
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_REMOTE);
-    EXPECT_THAT(e.what(), HasSubstr("refused this session: it dropped this session's hello: it "
-                                    "holds another session's secret"));
+    EXPECT_THAT(e.what(), HasSubstr("refused this session: it refused rank 1's key: it is another "
+                                    "session's store (another job's on this port?)"));
   }
   EXPECT_GE(server.rejected(), 1u);
-  EXPECT_THAT(w.all(), HasSubstr("did not prove the session secret"));
+  EXPECT_THAT(w.all(), HasSubstr("did not prove the key of rank 1"));
 }
 
 // What an attacker who knows only the port could do before: register its own address for a rank.
-// Without the secret, its hello is refused, so its SET never reaches the store; strangers that
-// say nothing are dropped at the auth deadline; malformed bytes are dropped at once.
+// Without a rank's key, its hello is refused, so its SET never reaches the store; strangers that
+// say nothing are dropped at the auth deadline; bytes that name no rank of the world at once.
 TEST(TcpStore, StrangersCannotSetKeysAndAreDroppedAndLogged) {
   Warnings w;
   TcpStoreServer server("127.0.0.1", 0, kSecret, quick(), w.sink());
   int forger = raw_connect(server.port());
-  std::string hello(16 + 32, 'x');  // a nonce and a MAC made up
+  std::string hello(16 + 4 + 32, 'x');  // a nonce, rank 1 and a MAC made up
+  hello.replace(16, 4, std::string("\x01\x00\x00\x00", 4));
   ASSERT_EQ(::send(forger, hello.data(), hello.size(), 0), static_cast<ssize_t>(hello.size()));
-  const std::string key = kSecret.session_id() + "/1";
+  const std::string key = "1";
   std::string set = std::string(1, '\1') + std::string("\x00\x00\x00\x00", 4) + key;
   set[1] = static_cast<char>(key.size());
   ::send(forger, set.data(), set.size(), MSG_NOSIGNAL);
@@ -196,32 +273,29 @@ TEST(TcpStore, StrangersCannotSetKeysAndAreDroppedAndLogged) {
     EXPECT_TRUE(closed_by_server(fd));
     ::close(fd);
   }
-  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Clock::now() + 2s);
+  TcpStoreClient good("127.0.0.1", server.port(), trainer(0), Clock::now() + 2s);
   EXPECT_THROW(good.wait({"1"}, 200ms), sdk::Error) << "the forged SET was not stored";
   EXPECT_EQ(server.rejected(), 3u);
   EXPECT_THAT(w.all(), HasSubstr("did not authenticate within 300 ms"));
+  EXPECT_THAT(w.all(), HasSubstr("it did not prove the key of rank 1"));
 }
 
 // The store is bounded as a whole: values larger than 1 MiB are refused at the client, and a
 // session's stored bytes end at its limit (the store answers "full"; nothing is kept beyond it).
 TEST(TcpStore, TheStoreIsBoundedAsAWhole) {
-  auto limits = TcpStoreServer::Limits::for_world(2);
+  auto limits = TcpStoreServer::Limits::for_world(2);  // 384 KiB stored at most
   TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
-  TcpStoreClient c("127.0.0.1", server.port(), kSecret, Clock::now() + 5s);
-  EXPECT_THROW(c.set("big", std::vector<char>((std::size_t{1} << 20) + 1)), sdk::Error);
-  const std::size_t each = 64 << 10;
-  std::size_t stored = 0;
+  TcpStoreClient c("127.0.0.1", server.port(), trainer(0), Clock::now() + 5s);
+  EXPECT_THROW(c.set("0", std::vector<char>((std::size_t{1} << 20) + 1)), sdk::Error);
+  c.set("0", std::vector<char>(300 << 10, 'v'));
   try {
-    for (int i = 0; i < 100; ++i) {
-      c.set("k" + std::to_string(i), std::vector<char>(each, 'v'));
-      stored += each;
-    }
-    FAIL() << "the store took 100 values of 64 KiB";
+    c.set("rank_0", std::vector<char>(300 << 10, 'v'));
+    FAIL() << "the store took 600 KiB";
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_REMOTE);
     EXPECT_THAT(e.what(), HasSubstr("the store is full"));
   }
-  EXPECT_LE(stored, limits.max_stored_bytes);
+  EXPECT_THROW(c.wait({"rank_0"}, 100ms), sdk::Error) << "nothing kept beyond the limit";
 }
 
 // Idle strangers cannot hold the connection slots: the oldest unauthenticated one makes room.
@@ -233,14 +307,15 @@ TEST(TcpStore, IdleStrangersDoNotKeepTheRanksOut) {
   for (std::size_t i = 0; i < 3 * limits.max_connections; ++i)
     idle.push_back(raw_connect(server.port()));
   std::this_thread::sleep_for(200ms);
-  TcpStoreClient a("127.0.0.1", server.port(), kSecret, Clock::now() + 3s);
-  TcpStoreClient b("127.0.0.1", server.port(), kSecret, Clock::now() + 3s);
-  a.set("k", bytes("v"));
-  EXPECT_EQ(b.get("k"), bytes("v"));
+  TcpStoreClient a("127.0.0.1", server.port(), trainer(0), Clock::now() + 3s);
+  TcpStoreClient b("127.0.0.1", server.port(), worker(1), Clock::now() + 3s);
+  a.set("0", bytes("v"));
+  EXPECT_EQ(b.get("0"), bytes("v"));
   for (int fd : idle) ::close(fd);
 }
 
-// Rank `rank` of a group of `n` meeting at 127.0.0.1:port, holding kSecret.
+// Rank `rank` of a group of `n` meeting at 127.0.0.1:port: rank 0 holds kSecret, the others
+// their own keys, as workers do.
 CommunicatorOptions options(int rank, int n, int port) {
   CommunicatorOptions o;
   o.master_address = "127.0.0.1";
@@ -249,7 +324,10 @@ CommunicatorOptions options(int rank, int n, int port) {
   o.world_size = n;
   o.rendezvous_timeout = 10s;
   o.transfer_timeout = 10s;
-  o.session_secret = kSecret.hex();
+  if (rank == 0)
+    o.session_secret = kSecret.hex();
+  else
+    o.rank_key = SessionKeys::rank_key(kSecret, rank).hex();
   return o;
 }
 
@@ -329,7 +407,7 @@ TEST(BroadcastGroup, APeerFailingThePairChallengeFailsTheGroupNamingIt) {
       error = e.what();
     }
   });
-  TcpStoreClient store("127.0.0.1", port, kSecret, Clock::now() + 10s);
+  TcpStoreClient store("127.0.0.1", port, worker(1), Clock::now() + 10s);
   gloo::transport::tcp::attr attr("127.0.0.1");
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(1, 2);
@@ -343,7 +421,8 @@ TEST(BroadcastGroup, APeerFailingThePairChallengeFailsTheGroupNamingIt) {
   } catch (const std::exception&) {  // rank 0 hung up on it
   }
   root.join();
-  EXPECT_THAT(error, HasSubstr("the peer connected as rank 1 did not prove the session secret"));
+  EXPECT_THAT(error, HasSubstr("the peer connected as rank 1 did not prove the key of its pair "
+                               "with rank 0: it is not rank 1"));
 }
 
 // A root with three children waits for each send in turn; abort ends every one of those waits.

@@ -1,5 +1,7 @@
 #include <wt/services/fan_out_client.hpp>
 
+#include <wt/sdk/rank_keys.hpp>
+
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
 
@@ -83,7 +85,8 @@ int FanOutClient::world_size() const {
 
 void FanOutClient::init_weight_transfer_engine(std::string_view init_info_json) {
   std::vector<std::string> texts(replicas_.size(), std::string(init_info_json));
-  if (replicas_.size() > 1) {
+  // Several replicas, or one that must not see keys of ranks it does not hold (rank_keys.hpp).
+  if (replicas_.size() > 1 || init_info_json.find(sdk::kRankKeysField) != std::string_view::npos) {
     nlohmann::json info;
     try {
       info = parse_json(init_info_json);
@@ -94,8 +97,10 @@ void FanOutClient::init_weight_transfer_engine(std::string_view init_info_json) 
         info["rank_offset"].is_number_integer()) {
       int64_t offset = info["rank_offset"].get<int64_t>();
       for (std::size_t i = 0; i < replicas_.size(); ++i) {
-        info["rank_offset"] = offset;
-        texts[i] = info.dump();
+        nlohmann::json mine = info;
+        mine["rank_offset"] = offset;
+        sdk::keep_rank_keys(mine, offset, replicas_[i].world_size);
+        texts[i] = mine.dump();
         offset += replicas_[i].world_size;
       }
     }

@@ -26,8 +26,8 @@ bool names_a_secret(std::string_view key) {
   auto ends_with = [&](std::string_view tail) {
     return key.size() >= tail.size() && key.substr(key.size() - tail.size()) == tail;
   };
-  return ends_with("secret") || ends_with("token") || ends_with("password") ||
-         key == "nccl_unique_id_b64";
+  return ends_with("secret") || ends_with("token") || ends_with("password") || ends_with("_key") ||
+         ends_with("_keys") || key == "nccl_unique_id_b64";
 }
 
 void redact(nlohmann::json& j) {  // depth bounded by parse_json's limit

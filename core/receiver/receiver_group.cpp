@@ -2,6 +2,7 @@
 
 #include <wt/error.hpp>
 #include <wt/sdk/parallel_copy.hpp>
+#include <wt/sdk/rank_keys.hpp>
 
 #include <fmt/format.h>
 
@@ -124,6 +125,10 @@ void ReceiverGroup::init_weight_transfer_engine(nlohmann::json init_info) {
   std::lock_guard<std::mutex> l(mu_);
   if (ranks_.size() == 1) {
     init_failed_.reset();
+    // Its own key only, whatever the trainer sent (<wt/sdk/rank_keys.hpp>).
+    if (auto it = init_info.find("rank_offset");
+        init_info.is_object() && it != init_info.end() && it->is_number_integer())
+      sdk::keep_rank_keys(init_info, it->get<int64_t>(), 1);
     ranks_[0]->init_weight_transfer_engine(std::move(init_info));
     return;
   }
@@ -140,8 +145,10 @@ void ReceiverGroup::init_weight_transfer_engine(nlohmann::json init_info) {
       throw Error(WT_ERR_INVALID_ARGUMENT,
                   fmt::format("init_info.rank_offset {} is out of range for {} worker ranks",
                               offset, world_size()));
-    for (std::size_t k = 0; k < infos.size(); ++k)
+    for (std::size_t k = 0; k < infos.size(); ++k) {
       infos[k]["rank_offset"] = offset + static_cast<int64_t>(k);
+      sdk::keep_rank_keys(infos[k], offset + static_cast<int64_t>(k), 1);  // its own key only
+    }
   }
   init_info = nullptr;
   // Every rank takes part in the backend's rendezvous at once, each on its own thread. The first

@@ -20,8 +20,8 @@ void reload_log_level();
 
 // A JSON text (an init info, an update info, a request body) as it may appear in a log line: the
 // value of every key that carries a secret, at any depth, replaced by "<redacted>" (session_secret
-// and any key ending in "secret", token, password, nccl_unique_id_b64, which lets its holder join
-// the NCCL group). Text that is not JSON is not logged at all ("<not JSON: N bytes>"). At most
+// and any key ending in "secret", token, password, "_key" or "_keys" (rank_keys), and
+// nccl_unique_id_b64, which lets its holder join the NCCL group). Text that is not JSON is not logged at all ("<not JSON: N bytes>"). At most
 // `max_chars` characters of the result, then "...". Every log line that shows such a text goes
 // through this.
 std::string redacted_json(std::string_view json_text, std::size_t max_chars = 512);

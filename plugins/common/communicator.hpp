@@ -26,9 +26,11 @@ struct CommunicatorOptions {
   // Gloo only: a wait on which no byte moved for this long fails (WT_ERR_TIMEOUT), however much
   // of transfer_timeout is left: a stopped peer or a cut link is told from a slow round.
   std::chrono::milliseconds stall_timeout{60'000};
-  // Gloo only: the session secret (hex, session_secret.hpp) every rank proves before a weight
-  // byte moves, and where the sender's store reports the strangers it dropped.
+  // Gloo only: what this rank proves itself with before a weight byte moves (session_keys.hpp):
+  // the session secret (hex) on a trainer rank, or a worker's own rank key (hex, from its init
+  // info's `rank_keys`); and where the sender's store reports the strangers it dropped.
   std::string session_secret;
+  std::string rank_key;
   std::function<void(const std::string&)> warn;
   // Gloo only: polled while the rendezvous waits for peers; true ends it at once
   // (WT_ERR_ABORTED), as when the init call the peers join inside has already failed.

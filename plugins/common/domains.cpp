@@ -3,7 +3,10 @@
 #include "broadcast_group.hpp"
 #include "nccl_communicator.hpp"
 #include "round_digests.hpp"
+#include "session_keys.hpp"
 #include "session_secret.hpp"
+
+#include <wt/sdk/rank_keys.hpp>
 #include "tcp_store.hpp"
 
 namespace wt::plugins {
@@ -49,8 +52,11 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
   // The workers join inside init_weight_transfer_engine, so it runs beside our own join.
   nlohmann::json info = worker_init_info(unique_id);
   if (!o.session_secret.empty()) {
-    info["session_secret"] = o.session_secret;
+    // Each worker its own key only (the fan-out client and wt serve split the field per rank).
+    info[sdk::kRankKeysField] =
+        rank_keys_json(SessionSecret::from_hex(o.session_secret, "secret"), o.world_size - 1, 1);
     info[kRoundDigestsKey] = kRoundDigestsAlgorithm;
+    info[kRoundDigestsSeedKey] = seed_hex(digest_seed(o.session_secret));
   }
   // Workers that refused the init never come: stop waiting for them then, not at the deadline.
   // The rendezvous may poll this from a thread that outlives this call (a mesh that never formed):
@@ -79,6 +85,7 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
   WorkerInit w;
   // vLLM's rendezvous modes: an address and port, or an NCCL unique id; not both.
   const bool has_id = r.has("nccl_unique_id_b64");
+  nlohmann::json rank_keys;
   if (has_id && (r.has("master_address") || r.has("master_port")))
     fail(WT_ERR_INVALID_ARGUMENT,
          "invalid {}: pass nccl_unique_id_b64 OR master_address/master_port, not both", what);
@@ -92,10 +99,8 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
       sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'master_port' must be in 1..65535, got {}", what, port);
     w.options.master_port = static_cast<int>(port);
-    // Host memory: the secret the sender minted for this session (absent from older senders).
-    if (r.has("session_secret"))
-      w.options.session_secret =
-          SessionSecret::from_hex(r.get_string("session_secret"), "session_secret").hex();
+    // Host memory: this rank's own key (read with rank_offset below; absent from older senders).
+    if (r.has(sdk::kRankKeysField)) rank_keys = r.raw(sdk::kRankKeysField);
     // And whether it digests every broadcast (wt 0.3 senders): then each round is verified.
     if (r.has(kRoundDigestsKey)) {
       const std::string algorithm = r.get_string(kRoundDigestsKey);
@@ -103,11 +108,7 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
         sdk::fail_field(kRoundDigestsKey, WT_ERR_INVALID_ARGUMENT,
                         "invalid {}: field '{}' must be \"{}\", got \"{}\"", what, kRoundDigestsKey,
                         kRoundDigestsAlgorithm, algorithm);
-      if (w.options.session_secret.empty())
-        sdk::fail_field(kRoundDigestsKey, WT_ERR_INVALID_ARGUMENT,
-                        "invalid {}: field '{}' needs the session_secret its digests are seeded "
-                        "from",
-                        what, kRoundDigestsKey);
+      w.digest_seed = seed_from_hex(r.get_string(kRoundDigestsSeedKey), what);
       w.round_digests = true;
     }
   }
@@ -134,6 +135,7 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_num_buffers must be in 1..64", what);
   read_worker_deadlines(context, backend, w.options);
   w.options.rank = static_cast<int>(rank_offset);
+  if (!rank_keys.is_null()) w.options.rank_key = own_rank_key(rank_keys, rank_offset, what);
   return w;
 }
 
@@ -160,8 +162,7 @@ std::unique_ptr<Communicator> join_worker_domain(const WorkerInit& init, DLDevic
                                                  CommunicatorFactory make) {
   auto domain = join_plain_domain(init, device, std::move(make));
   if (!init.round_digests) return domain;
-  return std::make_unique<DigestedDomain>(std::move(domain), false,
-                                          digest_seed(init.options.session_secret));
+  return std::make_unique<DigestedDomain>(std::move(domain), false, init.digest_seed);
 }
 
 std::unique_ptr<Communicator> join_plain_domain(const WorkerInit& init, DLDevice device,

@@ -55,6 +55,7 @@ struct WorkerInit {
   int64_t num_buffers = 2;
   std::map<std::string, std::string> extra;  // the backend's own string fields, when present
   bool round_digests = false;  // every broadcast digested and each round verified (host memory)
+  uint64_t digest_seed = 0;    // with round_digests
 };
 
 // The largest world a worker accepts (ranks are ints on every transport).

@@ -2,7 +2,7 @@
 
 #include "fd_budget.hpp"
 #include "proving_device.hpp"
-#include "session_secret.hpp"
+#include "session_keys.hpp"
 #include "sigpipe_guard.hpp"
 
 #include <gloo/barrier.h>
@@ -77,11 +77,17 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
                                                           std::unique_ptr<TcpStoreServer> store) {
   if (o.world_size < 2 || o.rank < 0 || o.rank >= o.world_size)
     fail(WT_ERR_INVALID_ARGUMENT, "rank {} is not in a world of size {}", o.rank, o.world_size);
-  if (o.session_secret.empty())
+  if (o.session_secret.empty() == o.rank_key.empty())
     fail(WT_ERR_INVALID_ARGUMENT,
-         "a Gloo group needs the session secret the sender minted (field 'session_secret' of the "
-         "worker init info)");
-  const SessionSecret secret = SessionSecret::from_hex(o.session_secret, "session_secret");
+         "a Gloo group needs this rank's key (field 'rank_keys' of the worker init info) or, on a "
+         "trainer rank, the session secret, and not both");
+  auto keys = std::make_shared<SessionKeys>(
+      o.rank_key.empty()
+          ? SessionKeys::of_secret(SessionSecret::from_hex(o.session_secret, "session_secret"),
+                                   o.rank)
+          : SessionKeys::of_rank_key(SessionSecret::from_hex(o.rank_key, "rank_keys"), o.rank));
+  if (o.rank == 0 && !keys->holds_secret())
+    fail(WT_ERR_INVALID_ARGUMENT, "rank 0 hosts the rendezvous: it needs the session secret");
   // Before any socket: a mesh short of descriptors fails half-formed, and its peers wait.
   ensure_descriptors(
       mesh_descriptors(o.world_size, o.rank),
@@ -89,7 +95,7 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
   const auto until = Clock::now() + o.rendezvous_timeout;
   if (o.rank == 0 && store == nullptr)
     store =
-        std::make_unique<TcpStoreServer>(o.master_address, o.master_port, secret,
+        std::make_unique<TcpStoreServer>(o.master_address, o.master_port, keys->secret(),
                                          TcpStoreServer::Limits::for_world(o.world_size), o.warn);
   const std::string what =
       fmt::format("rendezvous of {} ranks at {} (this is rank {})", o.world_size,
@@ -98,10 +104,12 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
   SigpipeBlocked no_sigpipe;  // also for Gloo's loop thread, started in here
   try {
     gloo_call(what, [&] {
-      auto client = std::make_shared<TcpStoreClient>(o.master_address, o.master_port, secret, until,
+      auto client = std::make_shared<TcpStoreClient>(o.master_address, o.master_port, *keys, until,
                                                      o.give_up);
-      // Every pair proves the secret on its socket before Gloo reads a byte of it.
-      auto device = make_proving_device(local_address_towards(o.master_address), secret, until);
+      // A worker derives the keys of its pairs with lower ranks; the others the store hands it.
+      if (!keys->holds_secret()) client->learn_pair_keys(*keys, o.world_size);
+      // Every pair proves its key on its socket before Gloo reads a byte of it.
+      auto device = make_proving_device(local_address_towards(o.master_address), keys, until);
       context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
       context->setTimeout(time_left(until));
       // Gloo's pair connect waits without end for a peer that published its address and then

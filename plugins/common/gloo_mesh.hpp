@@ -1,10 +1,12 @@
-// A Gloo full mesh whose every pair proved the session secret: what the broadcast group (nccl,
-// sparse_nccl) and the m2n point-to-point transfers are built on (compiled into each plugin).
+// A Gloo full mesh whose every pair proved which two ranks it joins: what the broadcast group
+// (nccl, sparse_nccl) and the m2n point-to-point transfers are built on (compiled into each
+// plugin).
 //
 // Rank 0 hosts the rendezvous store (opened before the peers were told where to meet, or here);
-// every rank connects with the secret, the mesh forms, and each pair proves the secret each way on
-// its socket before Gloo reads a byte of it (proving_device.hpp). Once every rank has read every
-// key, nobody needs the store: it is closed.
+// every rank connects as itself with its rank key (session_keys.hpp), a worker fetches the keys
+// of its pairs with higher ranks, the mesh forms, and each pair proves its key each way on its
+// socket before Gloo reads a byte of it (proving_device.hpp). Once every rank has read every key,
+// nobody needs the store: it is closed.
 #pragma once
 
 #include "communicator.hpp"
@@ -28,7 +30,7 @@
 
 namespace wt::plugins {
 
-// Blocks until every rank joined and proved the secret, within options.rendezvous_timeout as a
+// Blocks until every rank joined and proved its keys, within options.rendezvous_timeout as a
 // whole; the context's timeout is then the transfer deadline. Throws sdk::Error (WT_ERR_TIMEOUT
 // naming the rendezvous and the ranks expected, WT_ERR_REMOTE for a peer that failed the
 // challenge, WT_ERR_SYSTEM when the store cannot listen).

@@ -25,14 +25,14 @@ using Clock = std::chrono::steady_clock;
 // sockets are open while the mesh forms, and a stranger connected to both could otherwise pass
 // each side's answer on to the other; then both sides accepted, and neither answer has the
 // dialler's role.
-Mac proof_of(const SessionSecret& secret, const Nonce& nonce, int from, int to, bool accepted) {
+Mac proof_of(const SessionSecret& pair_key, const Nonce& nonce, int from, int to, bool accepted) {
   std::string m(as_view(nonce));
   unsigned char ranks[9];
   put_le(ranks, static_cast<uint32_t>(from), 4);
   put_le(ranks + 4, static_cast<uint32_t>(to), 4);
   ranks[8] = accepted ? 'a' : 'd';
   m.append(reinterpret_cast<const char*>(ranks), sizeof ranks);
-  return secret.mac("wt gloo pair", m);
+  return pair_key.mac("wt gloo pair", m);
 }
 
 std::exception_ptr refusal(int peer, const std::string& why) {
@@ -50,9 +50,9 @@ std::exception_ptr refusal(int peer, const std::string& why) {
 class ProvingPair final : public tcp::Pair {
  public:
   ProvingPair(tcp::Context* context, tcp::Device* device, int self, int peer,
-              std::chrono::milliseconds timeout, const SessionSecret& secret,
+              std::chrono::milliseconds timeout, const SessionSecret& pair_key,
               Clock::time_point until)
-      : tcp::Pair(context, device, peer, timeout), self_(self), secret_(secret), until_(until) {}
+      : tcp::Pair(context, device, peer, timeout), self_(self), key_(pair_key), until_(until) {}
 
   std::shared_ptr<const PairProgress> progress() const { return progress_; }
 
@@ -161,8 +161,7 @@ class ProvingPair final : public tcp::Pair {
       throwIfException();
       return proven_ || state_ == CLOSED;
     });
-    if (!settled)
-      signalAndThrowException(refusal(rank_, "did not prove the session secret in time"));
+    if (!settled) signalAndThrowException(refusal(rank_, "did not prove its pair's key in time"));
     if (!proven_)
       throw sdk::Error(WT_ERR_REMOTE, fmt::format("the pair with rank {} was closed", rank_));
   }
@@ -207,7 +206,7 @@ class ProvingPair final : public tcp::Pair {
     while (received_ < in_.size()) {
       const ssize_t rv = ::recv(fd_, in + received_, in_.size() - received_, MSG_DONTWAIT);
       if (rv == 0)
-        return fail_pair(refusal(rank_, "closed the connection before proving the session secret"));
+        return fail_pair(refusal(rank_, "closed the connection before proving its pair's key"));
       if (rv < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // the rest comes with a later event
@@ -218,7 +217,7 @@ class ProvingPair final : public tcp::Pair {
       if (!answered_ && received_ >= kNonce) {
         Nonce theirs{};
         std::memcpy(theirs.data(), in, kNonce);
-        const Mac answer = proof_of(secret_, theirs, self_, rank_, accepted_);
+        const Mac answer = proof_of(key_, theirs, self_, rank_, accepted_);
         if (!send_now(answer.data(), kProof))
           return fail_pair(refusal(rank_, "could not be sent its answer"));
         answered_ = true;
@@ -226,15 +225,17 @@ class ProvingPair final : public tcp::Pair {
     }
     Mac got{};
     std::memcpy(got.data(), in + kNonce, kProof);
-    if (!same_mac(got, proof_of(secret_, mine_, rank_, self_, !accepted_)))
-      return fail_pair(refusal(rank_, "did not prove the session secret"));
+    if (!same_mac(got, proof_of(key_, mine_, rank_, self_, !accepted_)))
+      return fail_pair(refusal(
+          rank_, fmt::format("did not prove the key of its pair with rank {}: it is not rank {}",
+                             self_, rank_)));
     proven_ = true;  // what follows on the socket (Gloo's frames) is Gloo's
     progress_->touch();
     cv_.notify_all();
   }
 
   const int self_;
-  const SessionSecret secret_;
+  const SessionSecret key_;  // the pair's (session_keys.hpp)
   const Clock::time_point until_;
   const std::shared_ptr<PairProgress> progress_ = std::make_shared<PairProgress>();
   // Guarded by the pair's lock (m_), like the rest of the pair's state.
@@ -250,31 +251,35 @@ class ProvingPair final : public tcp::Pair {
 class ProvingContext final : public tcp::Context {
  public:
   ProvingContext(std::shared_ptr<tcp::Device> device, int rank, int size,
-                 const SessionSecret& secret, Clock::time_point until)
-      : tcp::Context(std::move(device), rank, size), secret_(secret), until_(until) {}
+                 std::shared_ptr<const SessionKeys> keys, Clock::time_point until)
+      : tcp::Context(std::move(device), rank, size), keys_(std::move(keys)), until_(until) {}
 
   std::unique_ptr<gloo::transport::Pair>& createPair(int peer) override {
     pairs_[peer] = std::make_unique<ProvingPair>(this, device_.get(), rank, peer, getTimeout(),
-                                                 secret_, until_);
+                                                 keys_->pair_key_with(peer), until_);
     return pairs_[peer];
   }
 
  private:
-  const SessionSecret secret_;
+  const std::shared_ptr<const SessionKeys> keys_;
   const Clock::time_point until_;
 };
 
 class ProvingDevice final : public tcp::Device {
  public:
-  ProvingDevice(const tcp::attr& attr, const SessionSecret& secret, Clock::time_point until)
-      : tcp::Device(tcp::CreateDeviceAttr(attr)), secret_(secret), until_(until) {}
+  ProvingDevice(const tcp::attr& attr, std::shared_ptr<const SessionKeys> keys,
+                Clock::time_point until)
+      : tcp::Device(tcp::CreateDeviceAttr(attr)), keys_(std::move(keys)), until_(until) {}
 
   std::shared_ptr<gloo::transport::Context> createContext(int rank, int size) override {
-    return std::make_shared<ProvingContext>(shared_from_this(), rank, size, secret_, until_);
+    if (rank != keys_->rank())
+      sdk::fail(WT_ERR_STATE, "a mesh context for rank {} on a device holding rank {}'s keys", rank,
+                keys_->rank());
+    return std::make_shared<ProvingContext>(shared_from_this(), rank, size, keys_, until_);
   }
 
  private:
-  const SessionSecret secret_;
+  const std::shared_ptr<const SessionKeys> keys_;
   const Clock::time_point until_;
 };
 
@@ -300,10 +305,9 @@ PairProgress::Clock::time_point latest(
   return t;
 }
 
-std::shared_ptr<gloo::transport::Device> make_proving_device(const std::string& address,
-                                                             const SessionSecret& secret,
-                                                             Clock::time_point until) {
-  return std::make_shared<ProvingDevice>(tcp::attr(address.c_str()), secret, until);
+std::shared_ptr<gloo::transport::Device> make_proving_device(
+    const std::string& address, std::shared_ptr<const SessionKeys> keys, Clock::time_point until) {
+  return std::make_shared<ProvingDevice>(tcp::attr(address.c_str()), std::move(keys), until);
 }
 
 }  // namespace wt::plugins

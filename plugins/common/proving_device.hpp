@@ -1,4 +1,4 @@
-// A Gloo TCP device whose pairs prove the session secret on the bare socket before Gloo reads or
+// A Gloo TCP device whose pairs prove their pair's key on the bare socket before Gloo reads or
 // writes a byte of it (compiled into each plugin that forms a Gloo mesh: plugins/common).
 //
 // Why: each Gloo pair listens on a port of its own while the mesh forms and takes the first
@@ -8,15 +8,16 @@
 // malformed frame, and Debian's Gloo has neither TLS nor a connection hook.
 //
 // What: once a pair's socket connects, each side sends a fresh nonce and answers the other's with
-// an HMAC under the secret that binds both ranks (a MAC made for one pair cannot be replayed on
-// another); Gloo sees the socket only after the peer's answer checked out. A connection that does
-// not prove the secret by the rendezvous deadline, closes, or answers wrongly fails that pair with
-// an sdk::Error (WT_ERR_REMOTE) naming the peer's rank, before any frame was parsed. And whatever
-// Gloo throws on its loop thread for a pair afterwards fails that pair (its waits get the error)
-// instead of reaching std::terminate.
+// an HMAC under the key of that pair of ranks (session_keys.hpp: only the two ranks and the
+// trainer hold it, so a rank cannot act as another) that binds both ranks (a MAC made for one pair
+// cannot be replayed on another); Gloo sees the socket only after the peer's answer checked out. A
+// connection that does not prove the key by the rendezvous deadline, closes, or answers wrongly
+// fails that pair with an sdk::Error (WT_ERR_REMOTE) naming the peer's rank, before any frame was
+// parsed. And whatever Gloo throws on its loop thread for a pair afterwards fails that pair (its
+// waits get the error) instead of reaching std::terminate.
 #pragma once
 
-#include "session_secret.hpp"
+#include "session_keys.hpp"
 
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
@@ -29,10 +30,11 @@
 
 namespace wt::plugins {
 
-// A device on `address` (the local address the pairs listen on and advertise) for one mesh;
-// `until` is the rendezvous deadline the proofs must meet.
+// A device on `address` (the local address the pairs listen on and advertise) for one mesh, as
+// the rank `keys` are of (they hold the key of each of its pairs); `until` is the rendezvous
+// deadline the proofs must meet.
 std::shared_ptr<gloo::transport::Device> make_proving_device(
-    const std::string& address, const SessionSecret& secret,
+    const std::string& address, std::shared_ptr<const SessionKeys> keys,
     std::chrono::steady_clock::time_point until);
 
 // When bytes last moved on a proven pair (read or written, steady clock), and whether it closed:

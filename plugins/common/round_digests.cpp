@@ -25,6 +25,20 @@ uint64_t digest_seed(const std::string& session_secret_hex) {
   return seed;
 }
 
+std::string seed_hex(uint64_t seed) {
+  return fmt::format("{:016x}", seed);
+}
+
+uint64_t seed_from_hex(const std::string& hex, const std::string& what) {
+  const bool ok =
+      hex.size() == 16 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!ok)
+    sdk::fail_field(kRoundDigestsSeedKey, WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: field '{}' must be 16 lowercase hex digits", what,
+                    kRoundDigestsSeedKey);
+  return std::stoull(hex, nullptr, 16);
+}
+
 Digest digest_of(const void* data, std::size_t bytes, uint64_t seed, unsigned threads) {
   auto canonical = [](XXH128_hash_t h) {
     XXH128_canonical_t c;

@@ -1,23 +1,23 @@
 // Bytes verified end to end, before commit: the broadcast domains of nccl and sparse_nccl on host
 // memory (compiled into each, plugins/common).
 //
-// Why: Gloo's broadcast is a tree, so one receiver relays what another receives, and every
-// receiver holds the session secret. Proving the secret on each pair proves membership, not
-// honesty: a relaying member could alter or cut what it forwards. So the sender digests every
-// broadcast as it sends it, each receiver digests what arrived, and after the data the sender
-// delivers its digests on the control plane (a second update_weights call, which reaches each
-// receiver over its own authenticated HTTP connection, never through a peer). A receiver refuses
-// the round before commit, naming the broadcast (the tensor), if a digest differs or is missing;
-// it also refuses to finish a round whose digests never came.
+// Why: Gloo's broadcast is a tree, so one receiver relays what another receives. Proving each
+// pair's key proves who a rank is (session_keys.hpp), not that it is honest: a relaying member
+// could alter or cut what it forwards. So the sender digests every broadcast as it sends it, each
+// receiver digests what arrived, and after the data the sender delivers its digests on the control
+// plane (a second update_weights call, which reaches each receiver over its own authenticated HTTP
+// connection, never through a peer). A receiver refuses the round before commit, naming the
+// broadcast (the tensor), if a digest differs or is missing; it also refuses to finish a round
+// whose digests never came.
 //
-// The digest is XXH3-128 seeded from the session secret (a tree of 4 MiB blocks for large
-// broadcasts, digest_of): it is meant to catch any relay's change
-// of the bytes, not to resist a member who deliberately searches for an XXH3 collision under the
-// seed it also holds (XXH3 is not a cryptographic hash; docs/security.md says so).
+// The digest is XXH3-128 under a seed derived from the session secret (a tree of 4 MiB blocks for
+// large broadcasts, digest_of): it is meant to catch any relay's change of the bytes, not to resist
+// a member who deliberately searches for an XXH3 collision under the seed it also holds (XXH3 is
+// not a cryptographic hash; docs/security.md says so).
 //
 // Wire (host memory only; CUDA rounds keep vLLM's keys): the worker init info says
-// "round_digests": "xxh3-128"; the verification payload is {"round_digests": "<base64>"}, 16 bytes
-// per broadcast of the round, in broadcast order.
+// "round_digests": "xxh3-128" and "round_digests_seed": 16 hex digits; the verification payload is
+// {"round_digests": "<base64>"}, 16 bytes per broadcast of the round, in broadcast order.
 #pragma once
 
 #include "communicator.hpp"
@@ -39,8 +39,13 @@ inline constexpr char kRoundDigestsAlgorithm[] = "xxh3-128";
 
 using Digest = std::array<unsigned char, 16>;  // BroadcastDigest::digest
 
-// The seed both ends derive from the session secret (hex, as the init info carries it).
+// The seed the sender derives from the session secret (hex) and ships to every worker in the
+// init info's kRoundDigestsSeedKey, as 16 hex digits (seed_hex); a worker reads it with
+// seed_from_hex, errors naming the field of `what`.
+inline constexpr char kRoundDigestsSeedKey[] = "round_digests_seed";
 uint64_t digest_seed(const std::string& session_secret_hex);
+std::string seed_hex(uint64_t seed);
+uint64_t seed_from_hex(const std::string& hex, const std::string& what);
 
 // XXH3-128 of `bytes` under `seed`; above kDigestBlockBytes, XXH3-128 (seed + bytes) of the
 // XXH3-128 digests of its 4 MiB blocks (canonical byte order), hashed on up to `threads` threads.

@@ -40,6 +40,14 @@ SessionSecret SessionSecret::from_hex(std::string_view hex, std::string_view fie
   return s;
 }
 
+SessionSecret SessionSecret::from_bytes(std::string_view bytes) {
+  if (bytes.size() != kBytes)
+    sdk::fail(WT_ERR_REMOTE, "a key of {} bytes (keys have {})", bytes.size(), kBytes);
+  SessionSecret s;
+  s.bytes_.assign(bytes);
+  return s;
+}
+
 std::string SessionSecret::hex() const {
   std::string out;
   for (unsigned char c : bytes_) {
@@ -49,14 +57,23 @@ std::string SessionSecret::hex() const {
   return out;
 }
 
-std::string SessionSecret::session_id() const {
-  const Mac m = mac("wt session id", "");
-  std::string out;
-  for (std::size_t i = 0; i < 8; ++i) {
-    out.push_back(kHex[m[i] >> 4]);
-    out.push_back(kHex[m[i] & 15]);
-  }
-  return out;
+SessionSecret SessionSecret::derive(std::string_view purpose, std::string_view message) const {
+  const Mac m = mac(purpose, message);
+  SessionSecret s;
+  s.bytes_.assign(reinterpret_cast<const char*>(m.data()), m.size());
+  return s;
+}
+
+SessionSecret SessionSecret::masked(const Mac& pad) const {
+  SessionSecret s = *this;
+  for (std::size_t i = 0; i < s.bytes_.size() && i < pad.size(); ++i)
+    s.bytes_[i] = static_cast<char>(s.bytes_[i] ^ static_cast<char>(pad[i]));
+  return s;
+}
+
+bool SessionSecret::operator==(const SessionSecret& other) const {
+  return bytes_.size() == other.bytes_.size() &&
+         CRYPTO_memcmp(bytes_.data(), other.bytes_.data(), bytes_.size()) == 0;
 }
 
 Mac SessionSecret::mac(std::string_view purpose, std::string_view message) const {

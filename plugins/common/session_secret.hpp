@@ -26,13 +26,21 @@ class SessionSecret {
   // when it is not kHexDigits lowercase hex digits.
   static SessionSecret from_hex(std::string_view hex, std::string_view field);
 
+  // From kBytes raw bytes (a key the store unwrapped); WT_ERR_REMOTE for another length.
+  static SessionSecret from_bytes(std::string_view bytes);
+
   std::string hex() const;
-  // A public name of the session, derived from the secret (store keys are namespaced with it).
-  std::string session_id() const;
+  std::string_view bytes() const { return bytes_; }
   // HMAC-SHA256 of `message` under the secret, with `purpose` (what the MAC vouches for) first,
   // so that a MAC made for one step cannot be replayed as another.
   Mac mac(std::string_view purpose, std::string_view message) const;
+  // A key of its own, derived from this one for `purpose` and `message` (HMAC-SHA256 as the key):
+  // whoever holds this one can derive it, whoever holds only the derived one cannot go back.
+  SessionSecret derive(std::string_view purpose, std::string_view message) const;
+  // This key XOR `pad` (a key wrapped under a pad only both ends can derive, and unwrapped).
+  SessionSecret masked(const Mac& pad) const;
   bool empty() const { return bytes_.empty(); }
+  bool operator==(const SessionSecret& other) const;
 
  private:
   std::string bytes_;

@@ -22,9 +22,11 @@ namespace {
 using sdk::fail;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint8_t kSet = 1, kGet = 2;
-constexpr uint8_t kDone = 0, kMissing = 1, kExists = 2, kFull = 3;
-constexpr char kMagic[4] = {'W', 'T', 'S', '2'};
+constexpr uint8_t kSet = 1, kGet = 2, kPairKeys = 3;
+constexpr uint8_t kDone = 0, kMissing = 1, kExists = 2, kFull = 3, kNotYours = 4;
+constexpr uint8_t kWelcome = 0, kRefused = 1;
+constexpr char kMagic[4] = {'W', 'T', 'S', '3'};
+constexpr std::size_t kKey = SessionSecret::kBytes;
 constexpr std::size_t kMac = sizeof(Mac);
 constexpr std::size_t kMaxUnread = std::size_t{2} << 20;
 
@@ -46,8 +48,21 @@ std::string mac_input(const Nonce& s, const Nonce& c, uint64_t seq, std::string_
   m.append(bytes);
   return m;
 }
-std::string hello_input(const Nonce& s, const Nonce& c) {
-  return std::string(as_view(s)).append(as_view(c));
+std::string hello_input(const Nonce& s, const Nonce& c, uint32_t rank) {
+  std::string m = std::string(as_view(s)).append(as_view(c));
+  put_u32(m, rank);
+  return m;
+}
+// The pad the key of the pair (rank, peer) travels under, to `rank` on one connection.
+Mac pair_key_pad(const SessionSecret& rank_key, const Nonce& s, const Nonce& c, int peer) {
+  std::string m = std::string(as_view(s)).append(as_view(c));
+  put_u32(m, static_cast<uint32_t>(peer));
+  return rank_key.mac("wt pair key wrap", m);
+}
+// Whether `rank` may set `key`: a rank publishes its own address and host keys only.
+bool owns(int rank, const std::string& key) {
+  const std::string r = std::to_string(rank);
+  return key == r || key == "rank_" + r;
 }
 Mac mac_at(const char* p) {
   Mac m{};
@@ -96,6 +111,7 @@ TcpStoreServer::Limits TcpStoreServer::Limits::for_world(int world_size) {
   const auto n = static_cast<std::size_t>(std::max(world_size, 1));
   l.max_keys = 4 * n + 16;
   l.max_connections = n + 16;
+  l.world_size = static_cast<int>(n);
   l.max_stored_bytes =
       std::min<std::size_t>(std::size_t{64} << 20, (n + 4) * (std::size_t{64} << 10));
   return l;
@@ -108,6 +124,9 @@ struct TcpStoreServer::Conn {
   std::string who;
   std::string in, out;
   bool authenticated = false;
+  bool refused = false;  // told so; closed once that is sent
+  int rank = -1;
+  SessionSecret key;  // the connected rank's
   Nonce snonce{}, cnonce{};
   uint64_t seq = 0;
   Clock::time_point opened{}, last_request{}, request_started{};
@@ -115,7 +134,7 @@ struct TcpStoreServer::Conn {
 
 TcpStoreServer::TcpStoreServer(const std::string& address, int port, const SessionSecret& secret,
                                Limits limits, Warn warn)
-    : secret_(secret), prefix_(secret.session_id() + "/"), limits_(limits), warn_(std::move(warn)) {
+    : secret_(secret), limits_(limits), warn_(std::move(warn)) {
   addrinfo* res = resolve(address, port, true);
   int err = 0;
   for (addrinfo* a = res; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
@@ -177,23 +196,41 @@ void TcpStoreServer::serve() {
 
 // Consumes what `c.in` holds; false when the connection must be dropped.
 bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
+  if (c.refused) {
+    c.in.clear();
+    return true;
+  }
   if (!c.authenticated) {
-    if (c.in.size() < sizeof(Nonce) + kMac) return c.in.size() <= sizeof(Nonce) + kMac;
+    constexpr std::size_t kHello = sizeof(Nonce) + 4 + kMac;
+    if (c.in.size() < kHello) return true;
     std::memcpy(c.cnonce.data(), c.in.data(), sizeof(Nonce));
-    const Mac expect = secret_.mac("wt store hello", hello_input(c.snonce, c.cnonce));
-    if (!same_mac(expect, mac_at(c.in.data() + sizeof(Nonce)))) {
-      refuse(c, "it did not prove the session secret");
-      return false;
+    const uint32_t rank = get_u32(c.in.data() + sizeof(Nonce));
+    const auto hello = hello_input(c.snonce, c.cnonce, rank);
+    const bool known = rank < static_cast<uint32_t>(limits_.world_size);
+    const SessionSecret key = SessionKeys::rank_key(secret_, known ? static_cast<int>(rank) : 0);
+    if (!known ||
+        !same_mac(key.mac("wt store hello", hello), mac_at(c.in.data() + kHello - kMac))) {
+      refuse(c, known ? fmt::format("it did not prove the key of rank {}", rank)
+                      : fmt::format("it connected as rank {}, outside a world of {}", rank,
+                                    limits_.world_size));
+      c.out.push_back(static_cast<char>(kRefused));  // said, not only dropped: see the client
+      c.in.clear();
+      c.refused = true;
+      return true;
     }
     c.authenticated = true;
+    c.rank = static_cast<int>(rank);
+    c.key = key;
     c.last_request = now;
-    c.in.erase(0, sizeof(Nonce) + kMac);
-    append_mac(c.out, secret_.mac("wt store welcome", hello_input(c.snonce, c.cnonce)));
+    c.in.erase(0, kHello);
+    c.out.push_back(static_cast<char>(kWelcome));
+    append_mac(c.out, key.mac("wt store welcome", hello));
   }
   while (c.in.size() >= 5) {
     const uint8_t op = static_cast<uint8_t>(c.in[0]);
     const uint32_t klen = get_u32(c.in.data() + 1);
-    if ((op != kSet && op != kGet) || klen > limits_.max_key) {
+    if ((op != kSet && op != kGet && op != kPairKeys) || klen > limits_.max_key ||
+        (op == kPairKeys && klen != 0)) {
       refuse(c, "a malformed request");
       return false;
     }
@@ -210,18 +247,31 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
     }
     if (c.in.size() < body + kMac) break;
     const std::string_view request(c.in.data(), body);
-    if (!same_mac(secret_.mac("wt store request", mac_input(c.snonce, c.cnonce, c.seq, request)),
+    if (!same_mac(c.key.mac("wt store request", mac_input(c.snonce, c.cnonce, c.seq, request)),
                   mac_at(c.in.data() + body))) {
-      refuse(c, "a request whose MAC is not the session's");
+      refuse(c, fmt::format("a request whose MAC is not rank {}'s", c.rank));
       return false;
     }
     const std::string key = c.in.substr(5, klen);
     std::string answer;
-    if (key.compare(0, prefix_.size(), prefix_) != 0) {
-      refuse(c, fmt::format("key '{}' is not in this session's namespace", key));
-      return false;
-    }
-    if (op == kSet) {
+    if (op == kPairKeys) {
+      answer.push_back(static_cast<char>(kDone));
+      const int world = limits_.world_size;
+      put_u32(answer, static_cast<uint32_t>(kKey * static_cast<std::size_t>(world - c.rank - 1)));
+      for (int peer = c.rank + 1; peer < world; ++peer) {
+        const SessionSecret pair =
+            SessionKeys::pair_key(SessionKeys::rank_key(secret_, peer), c.rank)
+                .masked(pair_key_pad(c.key, c.snonce, c.cnonce, peer));
+        answer.append(pair.bytes());
+      }
+    } else if (op == kSet && !owns(c.rank, key)) {
+      if (warn_)
+        warn_(
+            fmt::format("rendezvous store: rank {} ({}) tried to set key '{}', which is not its "
+                        "own; refused",
+                        c.rank, c.who, key));
+      answer.push_back(static_cast<char>(kNotYours));
+    } else if (op == kSet) {
       if (data_.count(key)) {
         answer.push_back(static_cast<char>(kExists));
       } else if (data_.size() >= limits_.max_keys ||
@@ -240,7 +290,7 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
       put_u32(answer, static_cast<uint32_t>(it->second.size()));
       answer.append(it->second.data(), it->second.size());
     }
-    const Mac m = secret_.mac("wt store answer", mac_input(c.snonce, c.cnonce, c.seq, answer));
+    const Mac m = c.key.mac("wt store answer", mac_input(c.snonce, c.cnonce, c.seq, answer));
     ++c.seq;
     c.out += answer;
     append_mac(c.out, m);
@@ -283,6 +333,7 @@ void TcpStoreServer::serve_loop() {
         else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
           bad = true;
       }
+      if (!bad && c.refused && c.out.empty()) bad = true;
       if (!bad && (ev & (POLLIN | POLLHUP))) {
         char buf[65536];
         // Never more than one request's worth held: a client cannot make the server buffer more.
@@ -338,12 +389,12 @@ void TcpStoreServer::serve_loop() {
 
 // ---- client -----------------------------------------------------------------------------------
 
-TcpStoreClient::TcpStoreClient(const std::string& address, int port, const SessionSecret& secret,
+TcpStoreClient::TcpStoreClient(const std::string& address, int port, const SessionKeys& keys,
                                Clock::time_point until, std::function<bool()> give_up)
     : where_(address.find(':') != std::string::npos ? "[" + address + "]:" + std::to_string(port)
                                                     : address + ":" + std::to_string(port)),
-      secret_(secret),
-      prefix_(secret.session_id() + "/"),
+      rank_(keys.rank()),
+      key_(keys.own_key()),
       until_(until),
       give_up_(std::move(give_up)) {
   std::string last = "no attempt";
@@ -436,36 +487,44 @@ bool TcpStoreClient::try_connect(std::string* why, bool* foreign) {
     }
     std::memcpy(snonce_.data(), hello + 4, sizeof(Nonce));
     cnonce_ = random_nonce();
+    const auto input = hello_input(snonce_, cnonce_, static_cast<uint32_t>(rank_));
     std::string mine(as_view(cnonce_));
-    append_mac(mine, secret_.mac("wt store hello", hello_input(snonce_, cnonce_)));
+    put_u32(mine, static_cast<uint32_t>(rank_));
+    append_mac(mine, key_.mac("wt store hello", input));
     io(fd_, true, mine.data(), mine.size(), until_, where_, "hello");
-    char welcome[kMac];
-    try {
-      io(fd_, false, welcome, sizeof welcome, until_, where_, "hello");
-    } catch (const sdk::Error&) {
-      *why =
-          "it dropped this session's hello: it holds another session's secret (another job's "
-          "store on this port?)";
+    // A connection closed before the answer is one the store made room with under a flood (or a
+    // store going down): retried. Only a store that says so refused this rank.
+    char status = 0;
+    io(fd_, false, &status, 1, until_, where_, "hello");
+    if (static_cast<uint8_t>(status) != kWelcome) {
+      *why = fmt::format(
+          "it refused rank {}'s key: it is another session's store (another job's on this "
+          "port?), or this rank's key is not the one its trainer minted",
+          rank_);
       *foreign = true;
       return false;
     }
-    if (!same_mac(secret_.mac("wt store welcome", hello_input(snonce_, cnonce_)),
-                  mac_at(welcome))) {
-      *why = "it does not hold this session's secret (another job's store on this port?)";
+    char welcome[kMac];
+    io(fd_, false, welcome, sizeof welcome, until_, where_, "hello");
+    if (!same_mac(key_.mac("wt store welcome", input), mac_at(welcome))) {
+      *why = fmt::format(
+          "it does not hold this session's secret: it could not prove rank {}'s key (another "
+          "job's store on this port?)",
+          rank_);
       *foreign = true;
       return false;
     }
     return true;
   } catch (const sdk::Error& e) {
-    *why = e.what();  // e.g. the store dropped us: another job's store refused our secret
+    *why = e.what();  // not up yet, or it made room for another connection
     return false;
   }
 }
 
 uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::vector<char>* value,
                                 std::vector<char>* out) {
-  const std::string wire_key = prefix_ + key;
-  const std::string what = "key '" + key + "'";
+  const std::string& wire_key = key;
+  const std::string what = op == kPairKeys ? std::string("the pair keys") : "key '" + key + "'";
   std::string msg;
   msg.push_back(static_cast<char>(op));
   put_u32(msg, static_cast<uint32_t>(wire_key.size()));
@@ -474,19 +533,20 @@ uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::v
     put_u32(msg, static_cast<uint32_t>(value->size()));
     msg.append(value->data(), value->size());
   }
-  append_mac(msg, secret_.mac("wt store request",
-                              mac_input(snonce_, cnonce_, seq_, std::string_view(msg))));
+  append_mac(
+      msg, key_.mac("wt store request", mac_input(snonce_, cnonce_, seq_, std::string_view(msg))));
   io(fd_, true, msg.data(), msg.size(), until_, where_, what);
   std::string answer(1, '\0');
   io(fd_, false, answer.data(), 1, until_, where_, what);
   const auto status = static_cast<uint8_t>(answer[0]);
-  if (op == kGet && status == kDone) {
+  if ((op == kGet || op == kPairKeys) && status == kDone) {
     char len[4];
     io(fd_, false, len, 4, until_, where_, what);
     const uint32_t n = get_u32(len);
-    if (n > (std::size_t{1} << 20))
-      fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} with {} bytes (at most 1 MiB)",
-           where_, what, n);
+    const std::size_t most = op == kGet ? std::size_t{1} << 20 : kKey << 16;
+    if (n > most)
+      fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} with {} bytes (at most {})",
+           where_, what, n, most);
     answer.append(len, 4);
     out->resize(n);
     io(fd_, false, out->data(), n, until_, where_, what);
@@ -494,12 +554,12 @@ uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::v
   }
   char mac[kMac];
   io(fd_, false, mac, kMac, until_, where_, what);
-  if (!same_mac(secret_.mac("wt store answer", mac_input(snonce_, cnonce_, seq_, answer)),
+  if (!same_mac(key_.mac("wt store answer", mac_input(snonce_, cnonce_, seq_, answer)),
                 mac_at(mac)))
     fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} without this session's MAC", where_,
          what);
   ++seq_;
-  if (status > kFull)
+  if (status > kNotYours)
     fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} with status {}", where_, what,
          status);
   return status;
@@ -517,6 +577,28 @@ void TcpStoreClient::set(const std::string& key, const std::vector<char>& data) 
          key);
   if (status == kFull)
     fail(WT_ERR_REMOTE, "rendezvous at {}: the store is full (key '{}')", where_, key);
+  if (status == kNotYours)
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "rendezvous at {}: rank {} may not set key '{}' (a rank sets its own keys only)", where_,
+         rank_, key);
+}
+
+void TcpStoreClient::learn_pair_keys(SessionKeys& keys, int world_size) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<char> out;
+  if (request(kPairKeys, "", nullptr, &out) != kDone)
+    fail(WT_ERR_REMOTE, "the rendezvous store at {} gave rank {} no pair keys", where_, rank_);
+  const auto expect = kKey * static_cast<std::size_t>(std::max(world_size - rank_ - 1, 0));
+  if (out.size() != expect)
+    fail(WT_ERR_REMOTE,
+         "the rendezvous store at {} gave rank {} {} bytes of pair keys for a world of {} ({} "
+         "expected)",
+         where_, rank_, out.size(), world_size, expect);
+  for (int peer = rank_ + 1; peer < world_size; ++peer) {
+    const auto at = kKey * static_cast<std::size_t>(peer - rank_ - 1);
+    keys.learn_pair_key(peer, SessionSecret::from_bytes(std::string_view(out.data() + at, kKey))
+                                  .masked(pair_key_pad(key_, snonce_, cnonce_, peer)));
+  }
 }
 
 std::vector<char> TcpStoreClient::get(const std::string& key) {

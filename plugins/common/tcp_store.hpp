@@ -2,29 +2,37 @@
 // hosts it at master_address:master_port (the Debian Gloo has no TCP store), every rank reaches
 // it as a gloo::rendezvous::Store. Compiled into each plugin that uses it (plugins/common).
 //
-// Only holders of the session secret take part (session_secret.hpp). Wire, one TCP connection
-// per client, integers little-endian:
-//   server -> client  "WTS2" snonce:16                        on accept
-//   client -> server  cnonce:16  HMAC("wt store hello", snonce cnonce)
-//   server -> client  HMAC("wt store welcome", snonce cnonce)  the server proves it too
+// Only the session's ranks take part, each as itself (session_keys.hpp): a client proves its
+// rank's key, and may set only its own rank's keys. Wire, one TCP connection per client, integers
+// little-endian, K the connecting rank's key:
+//   server -> client  "WTS3" snonce:16                                  on accept
+//   client -> server  cnonce:16 rank:u32 HMAC_K("wt store hello", snonce cnonce rank)
+//   server -> client  0 HMAC_K("wt store welcome", snonce cnonce rank)   the server proves it too
+//                  or 1                                                  refused: not the rank's
+//                  key
 //   request  = op:u8 key_len:u32 key [value_len:u32 value]  mac:32     (value only for SET)
-//   answer   = status:u8 [value_len:u32 value]               mac:32     (value only for a GET hit)
-// where a request's MAC is HMAC("wt store request", snonce cnonce seq:u64 request) and an
-// answer's HMAC("wt store answer", snonce cnonce seq:u64 answer), seq counting the connection's
+//   answer   = status:u8 [value_len:u32 value]               mac:32     (value: GET hit, PAIR_KEYS)
+// where a request's MAC is HMAC_K("wt store request", snonce cnonce seq:u64 request) and an
+// answer's HMAC_K("wt store answer", snonce cnonce seq:u64 answer), seq counting the connection's
 // requests from 0 (no request or answer can be replayed, reordered or moved to another
-// connection). Status: 0 done / found, 1 missing, 2 refused: the key exists (a key is set once,
-// by one client), 3 refused: the store is full. A connection that does not prove the secret
-// within the auth deadline, sends a bad MAC or a malformed request is dropped and reported
-// through `warn`.
+// connection). Ops: 1 SET, 2 GET, 3 PAIR_KEYS (no key: the keys of the pairs this rank is the
+// lower rank of, ranks rank+1..world-1 in order, each XOR HMAC_K("wt pair key wrap", snonce
+// cnonce peer)). Status: 0 done / found, 1 missing, 2 refused: the key exists (a key is set once),
+// 3 refused: the store is full, 4 refused: the key is another rank's. A rank sets only the keys
+// Gloo's full mesh has it publish: "<rank>" and "rank_<rank>". A connection that does not prove a
+// rank's key within the auth deadline, sends a bad MAC or a malformed request is dropped and
+// reported through `warn`; a connection the server closes before its welcome (a flood made room)
+// is retried by the client, never read as another session's store.
 //
-// Bounds, whatever a client sends: keys up to 256 bytes, under the session's namespace; values up
-// to 1 MiB; keys and stored bytes for the session as a whole; connections enough for the world
+// Bounds, whatever a client sends: keys up to 256 bytes; values up to 1 MiB; keys and stored
+// bytes for the session as a whole; ranks below the world size; connections enough for the world
 // (when full, the oldest connection that has not authenticated makes room); a request must arrive
 // whole within the request deadline, an authenticated connection may idle for the idle deadline;
 // answers pile up unread to 2 MiB at most. The server never blocks on one client, and an error
 // in its thread ends serving with a message (failure()), never the process.
 #pragma once
 
+#include "session_keys.hpp"
 #include "session_secret.hpp"
 
 #include <gloo/rendezvous/store.h>
@@ -53,6 +61,7 @@ class TcpStoreServer {
     std::chrono::milliseconds auth_deadline{2'000};
     std::chrono::milliseconds request_deadline{10'000};
     std::chrono::milliseconds idle_deadline{10'000};
+    int world_size = 1 << 16;  // ranks 0..world_size-1 may connect
     // What a Gloo group of `world_size` ranks needs (two keys per rank, a few KiB each for a
     // large world), with room for the ranks' reconnects and a few strangers.
     static Limits for_world(int world_size);
@@ -84,7 +93,6 @@ class TcpStoreServer {
   int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop serve()
   int port_ = 0;
   SessionSecret secret_;
-  std::string prefix_;  // session_id + "/": every key lives under it
   Limits limits_;
   Warn warn_;
   std::map<std::string, std::vector<char>> data_;  // only serve() touches it
@@ -97,20 +105,22 @@ class TcpStoreServer {
 
 class TcpStoreClient final : public gloo::rendezvous::Store {
  public:
-  // Connects and authenticates, retrying until `until` (the server may not be up yet). Every
-  // later call also ends by `until`: the rendezvous as a whole has one deadline.
+  // Connects and authenticates as `keys.rank()`, retrying until `until` (the server may not be up
+  // yet). Every later call also ends by `until`: the rendezvous as a whole has one deadline.
   // `give_up`, polled while waiting (for the server, for a key): true ends the wait at once
   // (WT_ERR_ABORTED).
-  TcpStoreClient(const std::string& address, int port, const SessionSecret& secret,
+  TcpStoreClient(const std::string& address, int port, const SessionKeys& keys,
                  std::chrono::steady_clock::time_point until, std::function<bool()> give_up = {});
   ~TcpStoreClient() override;
 
-  // Keys are the session's: "<session id>/<key>" on the wire.
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;  // waits for the key
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
+  // The keys of the pairs of this rank with ranks rank+1..world_size-1, from the store, into
+  // `keys` (a worker derives only the others: session_keys.hpp).
+  void learn_pair_keys(SessionKeys& keys, int world_size);
 
  private:
   // The handshake; `foreign`: what answered is not this session's store.
@@ -119,8 +129,8 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
   uint8_t request(uint8_t op, const std::string& key, const std::vector<char>* value,
                   std::vector<char>* out);
   std::string where_;
-  SessionSecret secret_;
-  std::string prefix_;
+  int rank_;
+  SessionSecret key_;
   std::chrono::steady_clock::time_point until_;
   std::function<bool()> give_up_;
   int fd_ = -1;

@@ -6,6 +6,7 @@
 #include "../common/gloo_mesh.hpp"
 #include "../common/nccl_communicator.hpp"
 #include "../common/round_bracket.hpp"
+#include "../common/session_keys.hpp"
 #include "../common/session_secret.hpp"
 #include "../common/tcp_store.hpp"
 #include "box_copy.hpp"
@@ -16,6 +17,7 @@
 #include "pair_transfers.hpp"
 
 #include <wt/dtype.hpp>
+#include <wt/sdk/rank_keys.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 
 namespace wt::m2n {
@@ -138,7 +140,10 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     } else {
       worker_info["master_address"] = o.master_address;
       worker_info["master_port"] = o.master_port;
-      worker_info["session_secret"] = o.session_secret;
+      // Each worker its own key only (the fan-out client and wt serve split the field per rank):
+      // worker offset o is mesh rank ranks_ + o - 1.
+      worker_info[sdk::kRankKeysField] = plugins::rank_keys_json(
+          plugins::SessionSecret::from_hex(o.session_secret, "secret"), workers, ranks_);
     }
     // Workers that refused the init never come: stop waiting for them then. The rendezvous may
     // poll this from a thread that outlives this constructor: it owns what it polls.

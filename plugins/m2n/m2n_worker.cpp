@@ -4,13 +4,14 @@
 #include "../common/domains.hpp"
 #include "../common/gloo_mesh.hpp"
 #include "../common/nccl_communicator.hpp"
-#include "../common/session_secret.hpp"
+#include "../common/session_keys.hpp"
 #include "box_copy.hpp"
 #include "device_box_copy.hpp"
 #include "nccl_transfers.hpp"
 #include "pair_transfers.hpp"
 
 #include <wt/dtype.hpp>
+#include <wt/sdk/rank_keys.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 
 #include <fmt/ranges.h>
@@ -33,6 +34,7 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
   // Host memory: the rendezvous store and the session secret (Gloo pairs); CUDA memory: the NCCL
   // unique id trainer rank 0 minted.
   std::string unique_id;
+  nlohmann::json rank_keys;
   if (r.has("nccl_unique_id_b64")) {
     unique_id = r.get_string("nccl_unique_id_b64");
     plugins::NcclCommunicator::decode_unique_id(unique_id, "nccl_unique_id_b64");
@@ -43,8 +45,7 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
       sdk::fail_field("master_port", WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field 'master_port' must be in 1..65535, got {}", what, port);
     o.master_port = static_cast<int>(port);
-    o.session_secret =
-        plugins::SessionSecret::from_hex(r.get_string("session_secret"), "session_secret").hex();
+    rank_keys = r.raw(sdk::kRankKeysField);  // this rank's own key, read with rank_offset
   }
   const bool cuda = context.device.device_type == kDLCUDA;
   if (cuda && unique_id.empty())
@@ -102,6 +103,7 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
   index_ = std::make_unique<PlanIndex>(plan_);
   plugins::read_worker_deadlines(context, "m2n", o);
   worker_rank_ = static_cast<int>(rank_offset - 1);
+  if (!rank_keys.is_null()) o.rank_key = plugins::own_rank_key(rank_keys, rank_offset, what);
   check_held(context.held);  // before any rank waits for this one in the mesh
   trainers_ = static_cast<int>(trainers);
   o.rank = trainers_ + worker_rank_;

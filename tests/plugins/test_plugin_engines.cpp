@@ -52,6 +52,7 @@ struct wt_trainer {
 struct wt_worker {
   std::string last_error;
   int64_t rank_offset = -1;         // the init info's, when it has one (receiver groups rewrite it)
+  std::vector<float> rank_keys;     // the rank offsets its init info's rank_keys held
   bool fail_finish = false;         // an update asked for the next finish to fail
   std::atomic<bool> active{false};  // abort() may come from another thread
   std::atomic<bool> aborted{false};  // abort() may come from another thread
@@ -236,6 +237,9 @@ wt_status worker_create(const wt_worker_create_args* args, wt_worker** out, char
     auto j = wt::sdk::parse_json_text(args->init_info_json, "init_info");
     if (j.is_object() && j.contains("rank_offset") && j["rank_offset"].is_number_integer())
       w->rank_offset = j["rank_offset"].get<int64_t>();
+    if (j.is_object() && j.contains("rank_keys") && j["rank_keys"].is_object())
+      for (const auto& [offset, key] : j["rank_keys"].items())
+        w->rank_keys.push_back(std::stof(offset));
     // A group's rank refusing init (fail_rank_offset), the others waiting as in a rendezvous.
     if (j.is_object() && j.contains("fail_rank_offset")) {
       if (j["fail_rank_offset"] == w->rank_offset)
@@ -274,7 +278,8 @@ wt_status worker_receive_as(wt_worker* w, const char* json, const wt_loader* loa
     if (j.contains("fail_finish")) w->fail_finish = true;
     if (j.value("report_rank_offset", false))  // the rank offset it was given, as a tensor
       j["inline"] = nlohmann::json::array(
-          {{{"name", "rank_offset"}, {"values", {static_cast<float>(w->rank_offset)}}}});
+          {{{"name", "rank_offset"}, {"values", {static_cast<float>(w->rank_offset)}}},
+           {{"name", "rank_keys"}, {"values", w->rank_keys}}});
     char err[512] = {0};
     auto check = [&](wt_status st, const char* what) {
       if (st != WT_OK) wt::sdk::fail(st, "{}: {}", what, err);
