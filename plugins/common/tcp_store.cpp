@@ -55,9 +55,7 @@ std::string hello_input(const Nonce& s, const Nonce& c, uint32_t rank) {
 }
 // The pad the key of the pair (rank, peer) travels under, to `rank` on one connection.
 Mac pair_key_pad(const SessionSecret& rank_key, const Nonce& s, const Nonce& c, int peer) {
-  std::string m = std::string(as_view(s)).append(as_view(c));
-  put_u32(m, static_cast<uint32_t>(peer));
-  return rank_key.mac("wt pair key wrap", m);
+  return rank_key.mac("wt pair key wrap", hello_input(s, c, static_cast<uint32_t>(peer)));
 }
 // Whether `rank` may set `key`: a rank publishes its own address and host keys only.
 bool owns(int rank, const std::string& key) {
@@ -254,7 +252,14 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
     }
     const std::string key = c.in.substr(5, klen);
     std::string answer;
-    if (op == kPairKeys) {
+    if (op == kPairKeys && !pair_keys_served_.insert(c.rank).second) {
+      // Once per rank: each answer costs the store's one thread O(world) MACs, and a rank needs
+      // them once per mesh; an insider asking again and again would hold the others up.
+      if (warn_)
+        warn_(fmt::format("rendezvous store: rank {} ({}) asked for its pair keys again; refused",
+                          c.rank, c.who));
+      answer.push_back(static_cast<char>(kExists));
+    } else if (op == kPairKeys) {
       answer.push_back(static_cast<char>(kDone));
       const int world = limits_.world_size;
       put_u32(answer, static_cast<uint32_t>(kKey * static_cast<std::size_t>(world - c.rank - 1)));
@@ -587,7 +592,9 @@ void TcpStoreClient::learn_pair_keys(SessionKeys& keys, int world_size) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<char> out;
   if (request(kPairKeys, "", nullptr, &out) != kDone)
-    fail(WT_ERR_REMOTE, "the rendezvous store at {} gave rank {} no pair keys", where_, rank_);
+    fail(WT_ERR_REMOTE,
+         "the rendezvous store at {} gave rank {} no pair keys (it hands them to each rank once)",
+         where_, rank_);
   const auto expect = kKey * static_cast<std::size_t>(std::max(world_size - rank_ - 1, 0));
   if (out.size() != expect)
     fail(WT_ERR_REMOTE,

@@ -17,12 +17,12 @@
 // requests from 0 (no request or answer can be replayed, reordered or moved to another
 // connection). Ops: 1 SET, 2 GET, 3 PAIR_KEYS (no key: the keys of the pairs this rank is the
 // lower rank of, ranks rank+1..world-1 in order, each XOR HMAC_K("wt pair key wrap", snonce
-// cnonce peer)). Status: 0 done / found, 1 missing, 2 refused: the key exists (a key is set once),
-// 3 refused: the store is full, 4 refused: the key is another rank's. A rank sets only the keys
-// Gloo's full mesh has it publish: "<rank>" and "rank_<rank>". A connection that does not prove a
-// rank's key within the auth deadline, sends a bad MAC or a malformed request is dropped and
-// reported through `warn`; a connection the server closes before its welcome (a flood made room)
-// is retried by the client, never read as another session's store.
+// cnonce peer), once per rank). Status: 0 done / found, 1 missing, 2 refused: the key exists (a key
+// is set once), 3 refused: the store is full, 4 refused: the key is another rank's. A rank sets
+// only the keys Gloo's full mesh has it publish: "<rank>" and "rank_<rank>". A connection that does
+// not prove a rank's key within the auth deadline, sends a bad MAC or a malformed request is
+// dropped and reported through `warn`; a connection the server closes before its welcome (a flood
+// made room) is retried by the client, never read as another session's store.
 //
 // Bounds, whatever a client sends: keys up to 256 bytes; values up to 1 MiB; keys and stored
 // bytes for the session as a whole; ranks below the world size; connections enough for the world
@@ -44,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,6 +98,7 @@ class TcpStoreServer {
   Warn warn_;
   std::map<std::string, std::vector<char>> data_;  // only serve() touches it
   std::size_t stored_bytes_ = 0;
+  std::set<int> pair_keys_served_;  // the ranks given their pair keys (once each)
   std::atomic<std::size_t> dropped_{0}, rejected_{0};
   mutable std::mutex failure_mu_;
   std::string failure_;
