@@ -33,6 +33,7 @@ std::unique_ptr<TrainerGroup> join_cluster_trainer_group(
   o.rendezvous_timeout = join_timeout;
   o.transfer_timeout = collective_timeout;
   o.session_secret = place.secret_hex;
+  o.pairs = plugins::MeshPairs::full();  // all-gathers and barriers: every pair
   // Strangers on the store's port: said, not fatal (the store drops them).
   o.warn = [](const std::string& what) {
     fmt::print(stderr, "wt launch: trainer group: {}\n", what);

@@ -8,6 +8,7 @@
 #include "packed_chunks.hpp"
 #include "round_digests.hpp"
 
+#include "support/free_port.hpp"
 #include "support/model.hpp"
 #include "support/recording_client.hpp"
 #include "support/spy_communicator.hpp"
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -538,6 +540,63 @@ TEST(NcclWorkerSpy, RendezvousModesAreExclusiveAndTheUniqueIdIsChecked) {
       {{"nccl_unique_id_b64", sdk::base64_encode("abc", 3)}, {"rank_offset", 1}, {"world_size", 2}},
       "an NCCL unique id is 128 bytes, this one decodes to 3");
   expect_refused({{"rank_offset", 1}, {"world_size", 2}}, "field 'master_address'");
+}
+
+// A worker waits for the group no longer than its trainer does: the trainer's
+// rendezvous_timeout_s bounds the receiver-side one, never raises it, and a value out of range is
+// refused naming the field.
+TEST(NcclWorkerSpy, WaitsForTheGroupNoLongerThanItsTrainer) {
+  Spy spy;
+  auto deadline = [&](json backend_options, json trainer_s) {
+    json init = {
+        {"master_address", "h"}, {"master_port", 1}, {"rank_offset", 1}, {"world_size", 2}};
+    if (!trainer_s.is_null()) init["rendezvous_timeout_s"] = trainer_s;
+    sdk::WorkerContext c;
+    c.backend_options = std::move(backend_options);
+    std::chrono::milliseconds seen{0};
+    nccl::NcclWorker worker(c, init, [&](const plugins::CommunicatorOptions& o) {
+      seen = o.rendezvous_timeout;
+      return spy.factory()(o);
+    });
+    return seen.count();
+  };
+  EXPECT_EQ(deadline(json::object(), 2), 2000);
+  EXPECT_EQ(deadline(json::object(), nullptr), 60000) << "an older trainer's info: the default";
+  EXPECT_EQ(deadline({{"rendezvous_timeout_s", 5}}, 30), 5000);
+  EXPECT_EQ(deadline({{"rendezvous_timeout_s", 30}}, 5), 5000);
+  for (json bad : {json(0), json(86401), json("2")}) {
+    try {
+      deadline(json::object(), bad);
+      ADD_FAILURE() << "took rendezvous_timeout_s " << bad.dump();
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+      EXPECT_THAT(e.what(), HasSubstr("rendezvous_timeout_s")) << bad.dump();
+    }
+  }
+}
+
+// The same with a real group: a worker that cannot reach its trainer's store (nothing listens
+// there) gives up at the trainer's 1 s, not at its own 60 s, so its init call answers while the
+// trainer is still there to report it.
+TEST(NcclWorker, ThatCannotReachTheStoreGivesUpAtTheTrainersDeadline) {
+  json init = {{"master_address", "127.0.0.1"},
+               {"master_port", test::free_port()},
+               {"rank_offset", 1},
+               {"world_size", 2},
+               {"rank_keys", {{"1", std::string(64, 'd')}}},
+               {"rendezvous_timeout_s", 1}};
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    nccl::NcclWorker worker(worker_context(), init);
+    FAIL() << "a worker joined a group nobody hosts";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_TIMEOUT) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("rendezvous of 2 ranks at 127.0.0.1:"));
+  }
+  const auto took = std::chrono::steady_clock::now() - t0;
+  std::cout << "a worker with no store to reach gave up after "
+            << std::chrono::duration<double>(took).count() << " s (trainer's deadline 1 s)\n";
+  EXPECT_LT(took, std::chrono::seconds(10));
 }
 
 // A host-memory worker takes its own rank key from rank_keys, and refuses an init info that holds

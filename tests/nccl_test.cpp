@@ -108,16 +108,17 @@ TEST_P(NcclHost, ByteExactOverSeveralRounds) {
   // chunk's tensors back to back), or copied there from the packed buffer.
   EXPECT_EQ(receiver.tensors_written_in_place(), 3 * source.tensors().size());
   // The worker init payload: vLLM's keys, and on host memory each worker's own key (64 hex
-  // digits, a new one per init, split per rank by whoever fans the info out) and the round
-  // digests it asks for, with their seed.
+  // digits, a new one per init, split per rank by whoever fans the info out), the round
+  // digests it asks for, with their seed, and the trainer's rendezvous deadline.
   auto init = json::parse(client.calls()[0].payload);
   std::set<std::string> keys;
   for (auto it = init.begin(); it != init.end(); ++it) keys.insert(it.key());
-  EXPECT_EQ(keys,
-            (std::set<std::string>{"master_address", "master_port", "rank_offset", "world_size",
-                                   "packed", "packed_buffer_size_bytes", "packed_num_buffers",
-                                   "rank_keys", "round_digests", "round_digests_seed"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"master_address", "master_port", "rank_offset",
+                                         "world_size", "packed", "packed_buffer_size_bytes",
+                                         "packed_num_buffers", "rank_keys", "round_digests",
+                                         "round_digests_seed", "rendezvous_timeout_s"}));
   EXPECT_EQ(init["round_digests"], "xxh3-128");
+  EXPECT_EQ(init["rendezvous_timeout_s"], 20);
   // Each round: start, the tensors, then their digests (16 bytes per broadcast: one per tensor
   // unpacked, one per chunk packed), then finish.
   const auto methods = client.methods();

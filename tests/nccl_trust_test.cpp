@@ -409,6 +409,33 @@ TEST(NcclTrust, AReceiverKilledInsideABroadcastIsReportedWithinASecondNamingIt) 
   EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(1, 40, 64, 0));
 }
 
+// A group that cannot form (world_size 3, one receiver of 1 rank) is reported within the trainer's
+// own rendezvous deadline (2 s), not when the init call's HTTP timeout (60 s here) or the worker's
+// own deadline (60 s) runs out; the receiver answers the init with its failure and takes the next
+// init.
+TEST(NcclTrust, AGroupThatCannotFormIsReportedWithinTheTrainersRendezvousDeadline) {
+  Served a = serve();
+  const nlohmann::json init = {{"master_address", "127.0.0.1"},
+                               {"master_port", test::free_port()},
+                               {"world_size", 3},
+                               {"rendezvous_timeout_s", 2},
+                               {"transfer_timeout_s", kTransferS}};
+  const auto t0 = Clock::now();
+  cli::Child t(std::vector<std::string>{WT_TEST_TRAINER_PATH, "--backend", "nccl", "--init-info",
+                                        init.dump(), "--rounds", "1", "--url", a.url,
+                                        "--http-timeout-s", "60"});
+  EXPECT_NE(t.wait(), 0) << t.output();
+  const double took = since(t0);
+  std::cout << "a group that cannot form: the trainer failed after " << took
+            << " s (rendezvous deadline 2 s)\n"
+            << t.output();
+  EXPECT_LT(took, 8.0) << t.output();
+  EXPECT_THAT(t.output(), HasSubstr("rendezvous of 3 ranks at 127.0.0.1:"));
+  cli::Child again(trainer({&a}, test::free_port(), 1));
+  ASSERT_EQ(again.wait(), 0) << again.output() << a.process->output();
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(1, 40, 64, 0));
+}
+
 // A receiver stopped for good (SIGSTOP, its connections open): the round fails at the transfer
 // deadline, not at the HTTP call's (300 s by default).
 TEST(NcclTrust, AStoppedReceiverFailsTheRoundAtTheTransferDeadline) {

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -417,13 +418,16 @@ TEST(BroadcastGroup, APeerFailingThePairChallengeFailsTheGroupNamingIt) {
   TcpStoreClient store("127.0.0.1", port, worker(1), Clock::now() + 10s);
   gloo::transport::tcp::attr attr("127.0.0.1");
   auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto context = std::make_shared<gloo::rendezvous::Context>(1, 2);
-  context->setTimeout(10s);
+  auto pairs = device->createContext(1, 2);
+  pairs->setTimeout(10s);
   try {
-    context->connectFullMesh(store, device);
+    // Published and connected as wt's meshes do (gloo_mesh.cpp), on a plain Gloo pair.
+    auto& pair = pairs->createPair(0);
+    store.set(pair_address_key(1, 0), pair->address().bytes());
+    pair->connect(store.get(pair_address_key(0, 1)));
     std::vector<unsigned char> out(48, 0x5a);  // as long as a nonce and an answer
-    auto s = context->createUnboundBuffer(out.data(), out.size());
-    s->send(0, static_cast<uint64_t>(context->nextSlot()));
+    auto s = pairs->createUnboundBuffer(out.data(), out.size());
+    s->send(0, 0);
     s->waitSend(10s);
   } catch (const std::exception&) {  // rank 0 hung up on it
   }
@@ -546,31 +550,31 @@ TEST(BroadcastGroup, ABroadcastOnWhichNoByteMovesFailsAtTheStallDeadline) {
   std::cout << "a broadcast nobody took failed after " << took.count() << " ms (stall 500 ms)\n";
 }
 
-// A receiver that keeps stopping (SIGSTOP for 0.3 s, then 20 ms running, until the broadcast ends)
-// is slow, not dead: a broadcast that outlasts the stall deadline (1.5 s) completes, byte-exact.
-// (256 MiB can cross in six 20 ms windows; 512 MiB keeps the broadcast well past the deadline.)
+// A receiver that keeps stopping (SIGSTOP for 0.3 s, then 25 ms running, until the broadcast ends)
+// is slow, not dead: a broadcast that outlasts the stall deadline (2 s) completes, byte-exact.
+// (512 MiB takes a dozen such windows, so the broadcast outlasts the deadline.)
 TEST(BroadcastGroup, ASlowReceiverThatKeepsMovingOutlastsTheStallDeadline) {
   const int port = free_port();
   constexpr std::size_t kBytes = std::size_t{512} << 20;
+  constexpr auto kStall = 2000ms;
+  // Filled before the fork, so neither side has work of its own between the rendezvous and the
+  // broadcast: on a loaded machine such work could itself outlast a deadline while the other
+  // side waits (a real stall, not what this test shows).
+  std::vector<unsigned char> data(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) data[i] = static_cast<unsigned char>(i * 7);
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     int rc = 1;
     try {
-      // Both sides fill their buffers before the rendezvous, so each begins the broadcast as soon
-      // as the group formed: on a loaded machine, filling 512 MiB after it could itself outlast
-      // the stall deadline while the other side waits (a real stall, not what this test shows).
-      std::vector<unsigned char> in(kBytes, 0);
+      auto in = std::make_unique_for_overwrite<unsigned char[]>(kBytes);  // pages on first write
       CommunicatorOptions o = options(1, 2, port);
-      o.stall_timeout = 1500ms;
+      o.rendezvous_timeout = 60s;
+      o.stall_timeout = kStall;
       o.transfer_timeout = 60s;
       BroadcastGroup g(o);
-      g.broadcast(in.data(), in.size(), 0, "broadcast of 'w'");
-      rc = 2;
-      bool same = true;
-      for (std::size_t i = 0; i < kBytes; ++i)
-        same = same && in[i] == static_cast<unsigned char>(i * 7);
-      if (same) rc = 0;
+      g.broadcast(in.get(), kBytes, 0, "broadcast of 'w'");
+      rc = std::memcmp(in.get(), data.data(), kBytes) == 0 ? 0 : 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "the receiver failed: %s\n", e.what());
     }
@@ -578,21 +582,20 @@ TEST(BroadcastGroup, ASlowReceiverThatKeepsMovingOutlastsTheStallDeadline) {
   }
   std::atomic<bool> sent{false};
   std::atomic<int> stops{0};
-  std::vector<unsigned char> data(kBytes);
-  for (std::size_t i = 0; i < kBytes; ++i) data[i] = static_cast<unsigned char>(i * 7);
   CommunicatorOptions o = options(0, 2, port);
-  o.stall_timeout = 1500ms;
+  o.rendezvous_timeout = 60s;
+  o.stall_timeout = kStall;
   o.transfer_timeout = 60s;
   BroadcastGroup g(o);
-  // Stopped 300 ms, running 20 ms, until the broadcast ends: each stop is far inside the stall
-  // deadline, and 20 ms is enough for a loaded machine to schedule the receiver in most windows.
+  // Stopped 300 ms, running 25 ms, until the broadcast ends: each stop is far inside the stall
+  // deadline, and a process woken after 300 ms asleep is scheduled at once even on a busy machine.
   std::thread stopper([&] {
     while (!sent) {
       ::kill(child, SIGSTOP);
       ++stops;
       std::this_thread::sleep_for(300ms);
       ::kill(child, SIGCONT);
-      std::this_thread::sleep_for(20ms);
+      std::this_thread::sleep_for(25ms);
     }
   });
   std::string error;
@@ -610,10 +613,10 @@ TEST(BroadcastGroup, ASlowReceiverThatKeepsMovingOutlastsTheStallDeadline) {
   ::waitpid(child, &status, 0);
   EXPECT_EQ(error, "");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the receiver's bytes differ";
-  EXPECT_GT(took, 1500ms)
+  EXPECT_GT(took, kStall)
       << "the broadcast did not outlast the stall deadline: the test shows nothing";
   std::cout << "a receiver stopped " << stops.load() << " times took " << took.count()
-            << " ms for 512 MiB (stall deadline 1500 ms)\n";
+            << " ms for 512 MiB (stall deadline 2000 ms)\n";
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ void BroadcastGroup::broadcast(void* data, std::size_t bytes, int root, const st
     if (aborted_) fail(WT_ERR_ABORTED, "{}: aborted", what);
     fail(WT_ERR_STATE, "the group broke in an earlier transfer; initialise again");
   }
+  if (!options_.pairs.allows_root(root))
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "{}: a broadcast from rank {} on {}, which connects rank 0's tree", what, root,
+         options_.pairs.describe());
   SigpipeBlocked no_sigpipe;
   try {
     // The frame first: a receiver expecting another length refuses before any byte lands.

@@ -4,6 +4,8 @@
 // Shared by the nccl and sparse_nccl backends (compiled into each, plugins/common).
 #pragma once
 
+#include "mesh_pairs.hpp"
+
 #include <dlpack/dlpack.h>
 
 #include <array>
@@ -35,6 +37,9 @@ struct CommunicatorOptions {
   // Gloo only: polled while the rendezvous waits for peers; true ends it at once
   // (WT_ERR_ABORTED), as when the init call the peers join inside has already failed.
   std::function<bool()> give_up;
+  // Gloo only: the pairs the mesh connects (mesh_pairs.hpp); a broadcast from rank 0 needs no
+  // other.
+  MeshPairs pairs = MeshPairs::broadcast_tree();
 };
 
 // One broadcast's digest, as a domain that digests them records it (round_digests.hpp), and what

@@ -33,9 +33,9 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
     // meet: a trainer that cannot host it sends no init.
     const SessionSecret secret = SessionSecret::mint();
     o.session_secret = secret.hex();
-    auto store = std::make_shared<std::unique_ptr<TcpStoreServer>>(
-        std::make_unique<TcpStoreServer>(o.master_address, o.master_port, secret,
-                                         TcpStoreServer::Limits::for_world(o.world_size), o.warn));
+    auto store = std::make_shared<std::unique_ptr<TcpStoreServer>>(std::make_unique<TcpStoreServer>(
+        o.master_address, o.master_port, secret,
+        TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs.pair_count(o.world_size)), o.warn));
     // Every broadcast digested, the digests delivered after the data (round_digests.hpp).
     make = [store, seed = digest_seed(o.session_secret)](const CommunicatorOptions& opts) {
       return std::make_unique<DigestedDomain>(
@@ -57,6 +57,8 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
         rank_keys_json(SessionSecret::from_hex(o.session_secret, "secret"), o.world_size - 1, 1);
     info[kRoundDigestsKey] = kRoundDigestsAlgorithm;
     info[kRoundDigestsSeedKey] = seed_hex(digest_seed(o.session_secret));
+    // wt's own sessions only: vLLM's workers take vLLM's keys (and these are wt's already).
+    info[kTrainerRendezvousKey] = domain.rendezvous_timeout.count();
   }
   // Workers that refused the init never come: stop waiting for them then, not at the deadline.
   // The rendezvous may poll this from a thread that outlives this call (a mesh that never formed):
@@ -112,6 +114,7 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
       w.round_digests = true;
     }
   }
+  const auto trainer_rendezvous = read_trainer_rendezvous(r);
   const int64_t rank_offset = r.get_int("rank_offset");
   const int64_t world_size = r.get_int("world_size");
   w.packed = r.opt_bool("packed", false);
@@ -133,14 +136,25 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_buffer_size_bytes must be > 0", what);
   if (w.num_buffers < 1 || w.num_buffers > 64)
     fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_num_buffers must be in 1..64", what);
-  read_worker_deadlines(context, backend, w.options);
+  read_worker_deadlines(context, backend, w.options, trainer_rendezvous);
   w.options.rank = static_cast<int>(rank_offset);
   if (!rank_keys.is_null()) w.options.rank_key = own_rank_key(rank_keys, rank_offset, what);
   return w;
 }
 
+std::optional<std::chrono::seconds> read_trainer_rendezvous(sdk::FieldReader& r) {
+  if (!r.has(kTrainerRendezvousKey)) return std::nullopt;
+  const int64_t s = r.get_int(kTrainerRendezvousKey);
+  if (s < 1 || s > 86400)
+    sdk::fail_field(kTrainerRendezvousKey, WT_ERR_INVALID_ARGUMENT,
+                    "invalid {}: field '{}' must be in 1..86400, got {}", r.what(),
+                    kTrainerRendezvousKey, s);
+  return std::chrono::seconds(s);
+}
+
 void read_worker_deadlines(const sdk::WorkerContext& context, const std::string& backend,
-                           CommunicatorOptions& options) {
+                           CommunicatorOptions& options,
+                           std::optional<std::chrono::seconds> trainer_rendezvous) {
   sdk::FieldReader b(context.backend_options,
                      "backend options for backend '" + backend + "' (worker)");
   const int64_t rendezvous_s = b.opt_int("rendezvous_timeout_s", 60);
@@ -154,6 +168,9 @@ void read_worker_deadlines(const sdk::WorkerContext& context, const std::string&
       sdk::fail_field(key, WT_ERR_INVALID_ARGUMENT,
                       "invalid {}: field '{}' must be in 1..86400, got {}", b.what(), key, v);
   options.rendezvous_timeout = std::chrono::seconds(rendezvous_s);
+  // Waiting longer than the trainer would only delay its report: it has given up by then.
+  if (trainer_rendezvous && *trainer_rendezvous < options.rendezvous_timeout)
+    options.rendezvous_timeout = *trainer_rendezvous;
   options.transfer_timeout = std::chrono::seconds(transfer_s);
   options.stall_timeout = std::chrono::seconds(stall_s);
 }

@@ -8,7 +8,9 @@
 //
 // Worker: the init info the sender shipped names the mode (address and port, or
 // nccl_unique_id_b64, never both) and the wire parameters; the deadlines are receiver-side backend
-// options, because the wire carries vLLM's keys only.
+// options, except that a worker never waits for the group longer than its trainer does (the
+// trainer ships its rendezvous deadline): a group that cannot form is then reported within the
+// trainer's deadline, not when the init call's HTTP timeout runs out.
 #pragma once
 
 #include "async_rpc.hpp"
@@ -66,10 +68,20 @@ constexpr int64_t kMaxWorld = 65536;
 WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::json& init_info,
                             const std::string& backend, const std::vector<std::string>& extra = {});
 
+// The worker init info field with the trainer's rendezvous deadline in seconds (wt senders from
+// 0.3; the field is optional, so older senders' infos still read).
+inline constexpr char kTrainerRendezvousKey[] = "rendezvous_timeout_s";
+
+// The trainer's rendezvous deadline from a worker init info, if it carries one (1..86400 s;
+// errors name the field).
+std::optional<std::chrono::seconds> read_trainer_rendezvous(sdk::FieldReader& r);
+
 // The receiver-side deadlines (backend options rendezvous_timeout_s, transfer_timeout_s,
-// stall_timeout_s; 60, 300 and 60 s by default) into `options`; errors name the field.
+// stall_timeout_s; 60, 300 and 60 s by default) into `options`; errors name the field. The
+// rendezvous deadline is at most `trainer_rendezvous`, when the trainer sent one.
 void read_worker_deadlines(const sdk::WorkerContext& context, const std::string& backend,
-                           CommunicatorOptions& options);
+                           CommunicatorOptions& options,
+                           std::optional<std::chrono::seconds> trainer_rendezvous = {});
 
 // Joins: NCCL on a CUDA device (needs the unique id), Gloo on the CPU (needs address and port);
 // the other way round is refused with the reason. make: empty for those (tests pass a spy).

@@ -20,12 +20,11 @@ std::size_t open_descriptors() {
   return n;  // one of them is the iterator's own, which is closed again by now
 }
 
-std::size_t mesh_descriptors(int world_size, int rank) {
-  const auto peers = static_cast<std::size_t>(world_size > 1 ? world_size - 1 : 0);
+std::size_t mesh_descriptors(std::size_t peers, std::size_t store_clients) {
   // A pair per peer, the pairs' listener, the loop's epoll, the store client; rank 0 also serves
   // a store connection per rank while the mesh forms. A few spare for the host's own calls.
   constexpr std::size_t kSpare = 16;
-  return peers + 3 + (rank == 0 ? peers + 2 : 0) + kSpare;
+  return peers + 3 + (store_clients > 0 ? store_clients + 2 : 0) + kSpare;
 }
 
 std::size_t ensure_descriptors(std::size_t needed, const std::string& what) {

@@ -21,8 +21,8 @@ std::size_t open_descriptors();
 // now holds.
 std::size_t ensure_descriptors(std::size_t needed, const std::string& what);
 
-// What a full mesh of `world_size` ranks needs on `rank`: a pair's socket per peer, the
-// listener, the store's connection, and on rank 0 the store's server side of every client.
-std::size_t mesh_descriptors(int world_size, int rank);
+// What a mesh needs on a rank with `peers` pairs: a socket per pair, the listener, the store's
+// connection, and on rank 0 (which hosts the store) the server side of its `store_clients`.
+std::size_t mesh_descriptors(std::size_t peers, std::size_t store_clients);
 
 }  // namespace wt::plugins

@@ -5,8 +5,6 @@
 #include "session_keys.hpp"
 #include "sigpipe_guard.hpp"
 
-#include <gloo/barrier.h>
-
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -64,11 +62,63 @@ std::string local_address_towards(const std::string& peer) {
 
 namespace {
 
-// Every rank has read every key once it reached this barrier: then nobody needs the store.
-void wait_for_every_rank(const std::shared_ptr<gloo::Context>& context, Clock::time_point until) {
-  gloo::BarrierOptions barrier(context);
-  barrier.setTimeout(time_left(until));
-  gloo::barrier(barrier);
+// A rendezvous context that connects the pairs it is given and no others (Gloo's own
+// connectFullMesh connects every pair, and has every rank read every rank's host name and
+// every rank's list of addresses: O(W^2) through the store). Each rank publishes the address of
+// its pair with each peer under a key of its own, and reads only the addresses meant for it.
+class ChosenPairsContext final : public gloo::rendezvous::Context {
+ public:
+  using gloo::rendezvous::Context::Context;
+
+  void connect_pairs(TcpStoreClient& store, const std::shared_ptr<gloo::transport::Device>& device,
+                     const std::vector<int>& peers) {
+    auto pairs = device->createContext(rank, size);
+    pairs->setTimeout(getTimeout());
+    for (int peer : peers) {
+      auto& pair = pairs->createPair(peer);
+      pair->setLocalRank(0);  // read by no transport wt uses; set, so it is never uninitialised
+      store.set(pair_address_key(rank, peer), pair->address().bytes());
+    }
+    for (int peer : peers) pairs->getPair(peer)->connect(store.get(pair_address_key(peer, rank)));
+    device_ = device;
+    transportContext_ = std::move(pairs);
+  }
+};
+
+// Every rank has read every key it needs once it reached this barrier: then nobody needs the
+// store. It runs along the tree MeshPairs::parent() names (each of its edges is a pair): every
+// rank hears from its children, tells its parent, waits for the parent's release and passes it
+// on.
+void wait_for_every_rank(gloo::Context& mesh, const MeshPairs& shape, const std::vector<int>& peers,
+                         Clock::time_point until) {
+  std::vector<int> children;
+  for (int p : peers)
+    if (shape.parent(p) == mesh.rank) children.push_back(p);
+  const int parent = shape.parent(mesh.rank);
+  const auto gathered_slot = static_cast<uint64_t>(mesh.nextSlot());
+  const auto release_slot = static_cast<uint64_t>(mesh.nextSlot());
+  std::vector<char> from_children(std::max<std::size_t>(children.size(), 1));
+  char token = 1;
+  auto in = mesh.createUnboundBuffer(from_children.data(), from_children.size());
+  auto out = mesh.createUnboundBuffer(&token, 1);
+  auto wait_recv = [&] {
+    if (!in->waitRecv(time_left(until)))
+      fail(WT_ERR_ABORTED, "the mesh's formation barrier was interrupted");
+  };
+  auto wait_send = [&] {
+    if (!out->waitSend(time_left(until)))
+      fail(WT_ERR_ABORTED, "the mesh's formation barrier was interrupted");
+  };
+  for (std::size_t i = 0; i < children.size(); ++i) in->recv(children[i], gathered_slot, i, 1);
+  for (std::size_t i = 0; i < children.size(); ++i) wait_recv();
+  if (parent >= 0) {
+    out->send(parent, gathered_slot);
+    wait_send();
+    in->recv(parent, release_slot, 0, 1);
+    wait_recv();
+  }
+  for (int child : children) out->send(child, release_slot);
+  for (std::size_t i = 0; i < children.size(); ++i) wait_send();
 }
 
 }  // namespace
@@ -88,15 +138,16 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
           : SessionKeys::of_rank_key(SessionSecret::from_hex(o.rank_key, "rank_keys"), o.rank));
   if (o.rank == 0 && !keys->holds_secret())
     fail(WT_ERR_INVALID_ARGUMENT, "rank 0 hosts the rendezvous: it needs the session secret");
+  const std::vector<int> peers = o.pairs.peers(o.rank, o.world_size);
   // Before any socket: a mesh short of descriptors fails half-formed, and its peers wait.
   ensure_descriptors(
-      mesh_descriptors(o.world_size, o.rank),
+      mesh_descriptors(peers.size(), o.rank == 0 ? static_cast<std::size_t>(o.world_size - 1) : 0),
       fmt::format("a Gloo mesh of {} ranks (this is rank {})", o.world_size, o.rank));
   const auto until = Clock::now() + o.rendezvous_timeout;
   if (o.rank == 0 && store == nullptr)
-    store =
-        std::make_unique<TcpStoreServer>(o.master_address, o.master_port, keys->secret(),
-                                         TcpStoreServer::Limits::for_world(o.world_size), o.warn);
+    store = std::make_unique<TcpStoreServer>(
+        o.master_address, o.master_port, keys->secret(),
+        TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs.pair_count(o.world_size)), o.warn);
   const std::string what =
       fmt::format("rendezvous of {} ranks at {} (this is rank {})", o.world_size,
                   endpoint(o.master_address, o.master_port), o.rank);
@@ -106,11 +157,14 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
     gloo_call(what, [&] {
       auto client = std::make_shared<TcpStoreClient>(o.master_address, o.master_port, *keys, until,
                                                      o.give_up);
-      // A worker derives the keys of its pairs with lower ranks; the others the store hands it.
-      if (!keys->holds_secret()) client->learn_pair_keys(*keys, o.world_size);
+      // A worker derives the keys of its pairs with lower ranks; the others the store hands it
+      // (a worker of a hub mesh pairs only with the lower, trainer ranks: it needs none).
+      if (!keys->holds_secret() && !peers.empty() && peers.back() > o.rank)
+        client->learn_pair_keys(*keys, o.world_size);
       // Every pair proves its key on its socket before Gloo reads a byte of it.
       auto device = make_proving_device(local_address_towards(o.master_address), keys, until);
-      context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
+      auto chosen = std::make_shared<ChosenPairsContext>(o.rank, o.world_size);
+      context = chosen;
       context->setTimeout(time_left(until));
       // Gloo's pair connect waits without end for a peer that published its address and then
       // died: the mesh forms on a thread of its own, watched here against the deadline. A
@@ -122,12 +176,12 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
         std::exception_ptr error;
       };
       auto f = std::make_shared<Formation>();
-      std::thread([f, client, device, context, until]() mutable {
+      std::thread([f, client, device, chosen, peers, shape = o.pairs, until]() mutable {
         SigpipeBlocked blocked;
         std::exception_ptr error;
         try {
-          context->connectFullMesh(*client, device);
-          wait_for_every_rank(context, until);
+          chosen->connect_pairs(*client, device, peers);
+          wait_for_every_rank(*chosen, shape, peers, until);
         } catch (...) {
           error = std::current_exception();
         }

@@ -57,10 +57,21 @@ std::string hello_input(const Nonce& s, const Nonce& c, uint32_t rank) {
 Mac pair_key_pad(const SessionSecret& rank_key, const Nonce& s, const Nonce& c, int peer) {
   return rank_key.mac("wt pair key wrap", hello_input(s, c, static_cast<uint32_t>(peer)));
 }
-// Whether `rank` may set `key`: a rank publishes its own address and host keys only.
-bool owns(int rank, const std::string& key) {
+// Whether `rank` may set `key`: a rank publishes its own address and host keys only, and the
+// addresses of its own pairs ("pair_<rank>_<peer>", with a peer in the world).
+bool owns(int rank, const std::string& key, int world_size) {
   const std::string r = std::to_string(rank);
-  return key == r || key == "rank_" + r;
+  if (key == r || key == "rank_" + r) return true;
+  const std::string mine = "pair_" + r + "_";
+  if (key.size() <= mine.size() || key.size() > mine.size() + 5 || key.rfind(mine, 0) != 0)
+    return false;
+  int peer = 0;
+  for (std::size_t i = mine.size(); i < key.size(); ++i) {
+    if (key[i] < '0' || key[i] > '9' || (i == mine.size() && key[i] == '0' && key.size() > i + 1))
+      return false;
+    peer = peer * 10 + (key[i] - '0');
+  }
+  return peer != rank && peer < world_size;
 }
 Mac mac_at(const char* p) {
   Mac m{};
@@ -113,6 +124,22 @@ TcpStoreServer::Limits TcpStoreServer::Limits::for_world(int world_size) {
   l.max_stored_bytes =
       std::min<std::size_t>(std::size_t{64} << 20, (n + 4) * (std::size_t{64} << 10));
   return l;
+}
+
+TcpStoreServer::Limits TcpStoreServer::Limits::for_mesh(int world_size, uint64_t pairs) {
+  Limits l = for_world(world_size);
+  // An address is at most 192 bytes (Gloo's Address::kMaxByteSize), its key about 20: 256 bytes
+  // an entry is room to spare. Both ends of each pair publish one.
+  constexpr uint64_t kEntry = 256;
+  const uint64_t n = static_cast<uint64_t>(std::max(world_size, 1));
+  l.max_keys = static_cast<std::size_t>(2 * pairs + 4 * n + 16);
+  l.max_stored_bytes =
+      std::max<std::size_t>(l.max_stored_bytes, static_cast<std::size_t>(2 * pairs * kEntry));
+  return l;
+}
+
+std::string pair_address_key(int from, int to) {
+  return fmt::format("pair_{}_{}", from, to);
 }
 
 // ---- server -----------------------------------------------------------------------------------
@@ -269,7 +296,7 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
                 .masked(pair_key_pad(c.key, c.snonce, c.cnonce, peer));
         answer.append(pair.bytes());
       }
-    } else if (op == kSet && !owns(c.rank, key)) {
+    } else if (op == kSet && !owns(c.rank, key, limits_.world_size)) {
       if (warn_)
         warn_(
             fmt::format("rendezvous store: rank {} ({}) tried to set key '{}', which is not its "
@@ -609,11 +636,8 @@ void TcpStoreClient::learn_pair_keys(SessionKeys& keys, int world_size) {
 }
 
 std::vector<char> TcpStoreClient::get(const std::string& key) {
-  wait({key});
-  std::lock_guard<std::mutex> l(mu_);
   std::vector<char> out;
-  if (request(kGet, key, nullptr, &out) != kDone)
-    fail(WT_ERR_STATE, "the rendezvous store at {} lost key '{}'", where_, key);
+  poll(key, until_, &out);  // fetched once, when it is there
   return out;
 }
 
@@ -624,32 +648,34 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys) {
 void TcpStoreClient::wait(const std::vector<std::string>& keys,
                           const std::chrono::milliseconds& timeout) {
   // Gloo passes its own timeout per key; the rendezvous's deadline bounds them all.
-  const auto now = Clock::now();
-  const auto until = std::min(until_, now + timeout);
-  const auto total = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+  const auto until = std::min(until_, Clock::now() + timeout);
   std::vector<char> ignored;
-  for (const auto& key : keys) {
-    const auto missing = [&] {
-      fail(WT_ERR_TIMEOUT,
-           "rendezvous at {}: key '{}' did not appear within {} ms (a peer that never joined?)",
-           where_, key, std::max<int64_t>(total.count(), 0));
-    };
-    for (;;) {
-      try {
-        std::lock_guard<std::mutex> l(mu_);
-        if (request(kGet, key, nullptr, &ignored) == kDone) break;
-      } catch (const sdk::Error& e) {
-        // The deadline fell inside a request: the key is what is missing, not the store.
-        if (e.code() == WT_ERR_TIMEOUT && Clock::now() + std::chrono::milliseconds(50) >= until_)
-          missing();
-        throw;
-      }
-      if (Clock::now() >= until) missing();
-      if (give_up_ && give_up_())
-        fail(WT_ERR_ABORTED, "the rendezvous at {} was given up while waiting for key '{}'", where_,
-             key);
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (const auto& key : keys) poll(key, until, &ignored);
+}
+
+void TcpStoreClient::poll(const std::string& key, Clock::time_point until,
+                          std::vector<char>* value) {
+  const auto total = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+  const auto missing = [&] {
+    fail(WT_ERR_TIMEOUT,
+         "rendezvous at {}: key '{}' did not appear within {} ms (a peer that never joined?)",
+         where_, key, std::max<int64_t>(total.count(), 0));
+  };
+  for (;;) {
+    try {
+      std::lock_guard<std::mutex> l(mu_);
+      if (request(kGet, key, nullptr, value) == kDone) return;
+    } catch (const sdk::Error& e) {
+      // The deadline fell inside a request: the key is what is missing, not the store.
+      if (e.code() == WT_ERR_TIMEOUT && Clock::now() + std::chrono::milliseconds(50) >= until_)
+        missing();
+      throw;
     }
+    if (Clock::now() >= until) missing();
+    if (give_up_ && give_up_())
+      fail(WT_ERR_ABORTED, "the rendezvous at {} was given up while waiting for key '{}'", where_,
+           key);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 

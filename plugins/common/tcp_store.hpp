@@ -19,7 +19,8 @@
 // lower rank of, ranks rank+1..world-1 in order, each XOR HMAC_K("wt pair key wrap", snonce
 // cnonce peer), once per rank). Status: 0 done / found, 1 missing, 2 refused: the key exists (a key
 // is set once), 3 refused: the store is full, 4 refused: the key is another rank's. A rank sets
-// only the keys Gloo's full mesh has it publish: "<rank>" and "rank_<rank>". A connection that does
+// only its own keys: those of a mesh of chosen pairs, "pair_<rank>_<peer>" (pair_address_key),
+// and those Gloo's full mesh has it publish, "<rank>" and "rank_<rank>". A connection that does
 // not prove a rank's key within the auth deadline, sends a bad MAC or a malformed request is
 // dropped and reported through `warn`; a connection the server closes before its welcome (a flood
 // made room) is retried by the client, never read as another session's store.
@@ -66,6 +67,9 @@ class TcpStoreServer {
     // What a Gloo group of `world_size` ranks needs (two keys per rank, a few KiB each for a
     // large world), with room for the ranks' reconnects and a few strangers.
     static Limits for_world(int world_size);
+    // What a mesh of `world_size` ranks and `pairs` chosen pairs needs (mesh_pairs.hpp): two
+    // addresses per pair, each under its own key, besides what for_world allows.
+    static Limits for_mesh(int world_size, uint64_t pairs);
   };
   using Warn = std::function<void(const std::string&)>;
 
@@ -105,6 +109,10 @@ class TcpStoreServer {
   std::thread thread_;
 };
 
+// The key under which rank `from` publishes the address of its pair with rank `to`, in a mesh of
+// chosen pairs (gloo_mesh.hpp); only `from` may set it.
+std::string pair_address_key(int from, int to);
+
 class TcpStoreClient final : public gloo::rendezvous::Store {
  public:
   // Connects and authenticates as `keys.rank()`, retrying until `until` (the server may not be up
@@ -127,6 +135,10 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
  private:
   // The handshake; `foreign`: what answered is not this session's store.
   bool try_connect(std::string* why, bool* foreign);
+  // Asks for `key` every 10 ms until it is there (its value into `value`), `until` passes
+  // (WT_ERR_TIMEOUT naming the key) or give_up says so (WT_ERR_ABORTED).
+  void poll(const std::string& key, std::chrono::steady_clock::time_point until,
+            std::vector<char>* value);
   // One request and its answer: the status.
   uint8_t request(uint8_t op, const std::string& key, const std::vector<char>* value,
                   std::vector<char>* out);

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "../common/device_bytes.hpp"
+#include "../common/domains.hpp"
 #include "../common/gloo_mesh.hpp"
 #include "../common/nccl_communicator.hpp"
 #include "../common/round_bracket.hpp"
@@ -79,6 +80,8 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   o.transfer_timeout = std::chrono::seconds(info.transfer_timeout_s);
   o.stall_timeout = std::chrono::seconds(info.stall_timeout_s);
   o.warn = [log = log_](const std::string& m) { log.warn("{}", m); };
+  // Trainer ranks pair with every rank, workers only with trainer ranks (never with each other).
+  o.pairs = plugins::MeshPairs::hubs(ranks_);
   // Rank 0: the session's secret, and the store listening before anyone is told where to meet.
   std::unique_ptr<plugins::TcpStoreServer> store;
   nlohmann::json mine = {{"holdings", holdings_json(meta_)}};
@@ -91,8 +94,8 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   if (rank_ == 0 && cuda_device_ < 0) {
     const auto secret = plugins::SessionSecret::mint();
     store = std::make_unique<plugins::TcpStoreServer>(
-        o.master_address, o.master_port, secret, plugins::TcpStoreServer::Limits::for_world(world),
-        o.warn);
+        o.master_address, o.master_port, secret,
+        plugins::TcpStoreServer::Limits::for_mesh(world, o.pairs.pair_count(world)), o.warn);
     mine["secret"] = secret.hex();
   }
   // Every rank's holdings on every rank (the trainer group is the trainer's own processes).
@@ -134,7 +137,8 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
                                   {"trainer_ranks", ranks_},
                                   {"wire", kWire},
                                   {"plan", plan_to_json(plan_)},
-                                  {"plan_digest", plan_digest(plan_)}};
+                                  {"plan_digest", plan_digest(plan_)},
+                                  {plugins::kTrainerRendezvousKey, info.rendezvous_timeout_s}};
     if (cuda_device_ >= 0) {
       worker_info["nccl_unique_id_b64"] = unique_id;
     } else {

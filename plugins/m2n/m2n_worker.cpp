@@ -67,6 +67,7 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
   const nlohmann::json plan_json = r.raw("plan");
   const std::string digest = r.get_string("plan_digest");
   const int64_t wire = r.has("wire") ? r.get_int("wire") : 1;  // m2n 0.1 sent none
+  const auto trainer_rendezvous = plugins::read_trainer_rendezvous(r);
   r.finish();
   if (wire != kWire)
     sdk::fail_field("wire", WT_ERR_INCOMPATIBLE,
@@ -101,13 +102,14 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
          what, plan_.inference.worker_ranks(), plan_.inference.replicas,
          plan_.inference.tensor_parallel, world_size, world_size - 1);
   index_ = std::make_unique<PlanIndex>(plan_);
-  plugins::read_worker_deadlines(context, "m2n", o);
+  plugins::read_worker_deadlines(context, "m2n", o, trainer_rendezvous);
   worker_rank_ = static_cast<int>(rank_offset - 1);
   if (!rank_keys.is_null()) o.rank_key = plugins::own_rank_key(rank_keys, rank_offset, what);
   check_held(context.held);  // before any rank waits for this one in the mesh
   trainers_ = static_cast<int>(trainers);
   o.rank = trainers_ + worker_rank_;
   o.world_size = trainers_ + static_cast<int>(world_size - 1);
+  o.pairs = plugins::MeshPairs::hubs(trainers_);  // the trainer ranks; never another worker
   o.warn = [log = log_](const std::string& m) { log.warn("{}", m); };
   if (cuda)
     transfers_ = std::make_unique<NcclTransfers>(
