@@ -81,7 +81,8 @@ TEST(MeshPairs, HubsPairWithEveryRankAndWorkersOnlyWithHubs) {
 }
 
 TEST(MeshPairs, APairAddressKeyIsSetOnlyByTheRankItNamesForAPeerInTheWorld) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret, TcpStoreServer::Limits::for_mesh(4, 6));
+  TcpStoreServer server("127.0.0.1", 0, kSecret,
+                        TcpStoreServer::Limits::for_mesh(4, MeshPairs::full()));
   const auto until = Clock::now() + 5s;
   TcpStoreClient one("127.0.0.1", server.port(),
                      SessionKeys::of_rank_key(SessionKeys::rank_key(kSecret, 1), 1), until);
@@ -97,6 +98,29 @@ TEST(MeshPairs, APairAddressKeyIsSetOnlyByTheRankItNamesForAPeerInTheWorld) {
       EXPECT_THAT(e.what(), HasSubstr(key)) << key;
     }
   }
+}
+
+// In a tree, a rank sets only the addresses of its own pairs there, each no longer than a Gloo
+// address, and is handed the keys of its pairs with its children only (rank 2 of 8: rank 6).
+TEST(MeshPairs, InATreeARankPublishesAndLearnsOnlyItsOwnPairs) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret,
+                        TcpStoreServer::Limits::for_mesh(8, MeshPairs::broadcast_tree()));
+  SessionKeys two = SessionKeys::of_rank_key(SessionKeys::rank_key(kSecret, 2), 2);
+  TcpStoreClient c("127.0.0.1", server.port(), two, Clock::now() + 5s);
+  EXPECT_EQ(MeshPairs::broadcast_tree().peers(2, 8), (std::vector<int>{0, 6}));
+  c.set(pair_address_key(2, 0), std::vector<char>(192, 'a'));
+  for (const auto& [key, bytes] : std::vector<std::pair<std::string, std::size_t>>{
+           {pair_address_key(2, 3), 16}, {pair_address_key(2, 6), 193}}) {
+    try {
+      c.set(key, std::vector<char>(bytes, 'b'));
+      ADD_FAILURE() << "rank 2 set '" << key << "' (" << bytes << " bytes)";
+    } catch (const sdk::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("may not set key '" + key + "'"));
+    }
+  }
+  c.learn_pair_keys(two, {6});
+  EXPECT_TRUE(two.pair_key_with(6) == SessionKeys::of_secret(kSecret, 2).pair_key_with(6));
+  EXPECT_THROW(two.pair_key_with(3), sdk::Error) << "no pair with rank 3 in the tree";
 }
 
 // Forms one mesh of `world` ranks of `shape` on threads; returns each rank's context (null where

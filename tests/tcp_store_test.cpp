@@ -134,7 +134,9 @@ TEST(TcpStore, ARankSetsItsOwnKeysOnly) {
       EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
       EXPECT_THAT(e.what(),
                   HasSubstr(fmt::format(
-                      "rank 1 may not set key '{}' (a rank sets its own keys only)", key)));
+                      "rank 1 may not set key '{}' (a rank sets its own keys only, and a pair's "
+                      "address only for its own pairs, in at most 192 bytes)",
+                      key)));
     }
   }
   EXPECT_THAT(w.all(), HasSubstr("rank 1 (127.0.0.1:"));
@@ -177,13 +179,13 @@ TEST(TcpStore, AWorkerLearnsTheKeysOfItsPairsWithHigherRanks) {
   SessionKeys mine = worker(2);
   TcpStoreClient c("127.0.0.1", server.port(), mine, Clock::now() + 2s);
   EXPECT_THROW(mine.pair_key_with(3), sdk::Error);
-  c.learn_pair_keys(mine, 5);
+  c.learn_pair_keys(mine, {3, 4});
   for (int peer : {0, 1, 3, 4})
     EXPECT_TRUE(mine.pair_key_with(peer) == trainer(2).pair_key_with(peer)) << "peer " << peer;
   EXPECT_TRUE(worker(3).pair_key_with(2) == mine.pair_key_with(3)) << "both ends hold the same key";
   EXPECT_FALSE(mine.pair_key_with(3) == mine.pair_key_with(4));
   try {  // once per rank: each answer costs the store O(world) MACs
-    c.learn_pair_keys(mine, 5);
+    c.learn_pair_keys(mine, {3, 4});
     FAIL() << "rank 2 was given its pair keys twice";
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_REMOTE);

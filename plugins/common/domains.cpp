@@ -35,7 +35,7 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
     o.session_secret = secret.hex();
     auto store = std::make_shared<std::unique_ptr<TcpStoreServer>>(std::make_unique<TcpStoreServer>(
         o.master_address, o.master_port, secret,
-        TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs.pair_count(o.world_size)), o.warn));
+        TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs), o.warn));
     // Every broadcast digested, the digests delivered after the data (round_digests.hpp).
     make = [store, seed = digest_seed(o.session_secret)](const CommunicatorOptions& opts) {
       return std::make_unique<DigestedDomain>(

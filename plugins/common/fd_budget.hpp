@@ -1,6 +1,6 @@
-// File descriptors for a mesh, checked before it forms: a Gloo full mesh holds one socket per
-// peer (and rank 0's store one per client while the mesh forms), so a world of a few hundred
-// ranks, or several worker ranks of one process, runs past the usual soft limit of 1,024. Gloo
+// File descriptors for a mesh, checked before it forms: a Gloo mesh holds one socket per pair
+// (and rank 0's store one per client while the mesh forms), so a large world, or several worker
+// ranks of one process, runs past the usual soft limit of 1,024. Gloo
 // then fails somewhere in the middle of the rendezvous with "Too many open files", or a peer
 // waits out its deadline. Here the need is counted first: the soft limit is raised towards the
 // hard one when that is enough (as servers holding many sockets do; wt uses poll and epoll,

@@ -79,7 +79,12 @@ class ChosenPairsContext final : public gloo::rendezvous::Context {
       pair->setLocalRank(0);  // read by no transport wt uses; set, so it is never uninitialised
       store.set(pair_address_key(rank, peer), pair->address().bytes());
     }
-    for (int peer : peers) pairs->getPair(peer)->connect(store.get(pair_address_key(peer, rank)));
+    // Every address first, then the connections: a rank waiting in a connect for a peer that is
+    // late no longer needs the store (which drops a connection idle for its idle deadline).
+    std::vector<std::vector<char>> addresses;
+    addresses.reserve(peers.size());
+    for (int peer : peers) addresses.push_back(store.get(pair_address_key(peer, rank)));
+    for (std::size_t i = 0; i < peers.size(); ++i) pairs->getPair(peers[i])->connect(addresses[i]);
     device_ = device;
     transportContext_ = std::move(pairs);
   }
@@ -147,7 +152,7 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
   if (o.rank == 0 && store == nullptr)
     store = std::make_unique<TcpStoreServer>(
         o.master_address, o.master_port, keys->secret(),
-        TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs.pair_count(o.world_size)), o.warn);
+        TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs), o.warn);
   const std::string what =
       fmt::format("rendezvous of {} ranks at {} (this is rank {})", o.world_size,
                   endpoint(o.master_address, o.master_port), o.rank);
@@ -160,7 +165,9 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
       // A worker derives the keys of its pairs with lower ranks; the others the store hands it
       // (a worker of a hub mesh pairs only with the lower, trainer ranks: it needs none).
       if (!keys->holds_secret() && !peers.empty() && peers.back() > o.rank)
-        client->learn_pair_keys(*keys, o.world_size);
+        client->learn_pair_keys(
+            *keys,
+            std::vector<int>(std::upper_bound(peers.begin(), peers.end(), o.rank), peers.end()));
       // Every pair proves its key on its socket before Gloo reads a byte of it.
       auto device = make_proving_device(local_address_towards(o.master_address), keys, until);
       auto chosen = std::make_shared<ChosenPairsContext>(o.rank, o.world_size);

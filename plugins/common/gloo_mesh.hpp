@@ -1,12 +1,14 @@
-// A Gloo full mesh whose every pair proved which two ranks it joins: what the broadcast group
-// (nccl, sparse_nccl) and the m2n point-to-point transfers are built on (compiled into each
-// plugin).
+// A Gloo mesh of the pairs a backend uses (mesh_pairs.hpp: the broadcast tree, the m2n hubs, or
+// every pair), each of which proved which two ranks it joins: what the broadcast group (nccl,
+// sparse_nccl), the m2n point-to-point transfers and the trainer group are built on (compiled
+// into each plugin).
 //
 // Rank 0 hosts the rendezvous store (opened before the peers were told where to meet, or here);
 // every rank connects as itself with its rank key (session_keys.hpp), a worker fetches the keys
-// of its pairs with higher ranks, the mesh forms, and each pair proves its key each way on its
-// socket before Gloo reads a byte of it (proving_device.hpp). Once every rank has read every key,
-// nobody needs the store: it is closed.
+// of its pairs with higher ranks, every rank publishes the address of each of its pairs and reads
+// those of its peers, the pairs connect, and each proves its key each way on its socket before
+// Gloo reads a byte of it (proving_device.hpp). Once every rank has read what it needs (a barrier
+// along the shape's tree), nobody needs the store: it is closed.
 #pragma once
 
 #include "communicator.hpp"

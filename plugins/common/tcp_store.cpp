@@ -57,13 +57,18 @@ std::string hello_input(const Nonce& s, const Nonce& c, uint32_t rank) {
 Mac pair_key_pad(const SessionSecret& rank_key, const Nonce& s, const Nonce& c, int peer) {
   return rank_key.mac("wt pair key wrap", hello_input(s, c, static_cast<uint32_t>(peer)));
 }
-// Whether `rank` may set `key`: a rank publishes its own address and host keys only, and the
-// addresses of its own pairs ("pair_<rank>_<peer>", with a peer in the world).
-bool owns(int rank, const std::string& key, int world_size) {
+// The largest address a pair publishes (Gloo's Address::kMaxByteSize).
+constexpr std::size_t kMaxPairAddress = 192;
+
+// Whether `rank` may set `key` (of a value of `bytes`): a rank publishes its own address and host
+// keys only, and the addresses of its own pairs in the mesh ("pair_<rank>_<peer>").
+bool owns(int rank, const std::string& key, std::size_t bytes,
+          const TcpStoreServer::Limits& limits) {
   const std::string r = std::to_string(rank);
   if (key == r || key == "rank_" + r) return true;
   const std::string mine = "pair_" + r + "_";
-  if (key.size() <= mine.size() || key.size() > mine.size() + 5 || key.rfind(mine, 0) != 0)
+  if (key.size() <= mine.size() || key.size() > mine.size() + 5 || key.rfind(mine, 0) != 0 ||
+      bytes > kMaxPairAddress)
     return false;
   int peer = 0;
   for (std::size_t i = mine.size(); i < key.size(); ++i) {
@@ -71,7 +76,7 @@ bool owns(int rank, const std::string& key, int world_size) {
       return false;
     peer = peer * 10 + (key[i] - '0');
   }
-  return peer != rank && peer < world_size;
+  return peer < limits.world_size && limits.pairs.connects(rank, peer);
 }
 Mac mac_at(const char* p) {
   Mac m{};
@@ -126,8 +131,10 @@ TcpStoreServer::Limits TcpStoreServer::Limits::for_world(int world_size) {
   return l;
 }
 
-TcpStoreServer::Limits TcpStoreServer::Limits::for_mesh(int world_size, uint64_t pairs) {
+TcpStoreServer::Limits TcpStoreServer::Limits::for_mesh(int world_size, const MeshPairs& shape) {
   Limits l = for_world(world_size);
+  l.pairs = shape;
+  const uint64_t pairs = shape.pair_count(world_size);
   // An address is at most 192 bytes (Gloo's Address::kMaxByteSize), its key about 20: 256 bytes
   // an entry is room to spare. Both ends of each pair publish one.
   constexpr uint64_t kEntry = 256;
@@ -288,15 +295,17 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
       answer.push_back(static_cast<char>(kExists));
     } else if (op == kPairKeys) {
       answer.push_back(static_cast<char>(kDone));
-      const int world = limits_.world_size;
-      put_u32(answer, static_cast<uint32_t>(kKey * static_cast<std::size_t>(world - c.rank - 1)));
-      for (int peer = c.rank + 1; peer < world; ++peer) {
+      std::vector<int> higher;
+      for (int peer : limits_.pairs.peers(c.rank, limits_.world_size))
+        if (peer > c.rank) higher.push_back(peer);
+      put_u32(answer, static_cast<uint32_t>(kKey * higher.size()));
+      for (int peer : higher) {
         const SessionSecret pair =
             SessionKeys::pair_key(SessionKeys::rank_key(secret_, peer), c.rank)
                 .masked(pair_key_pad(c.key, c.snonce, c.cnonce, peer));
         answer.append(pair.bytes());
       }
-    } else if (op == kSet && !owns(c.rank, key, limits_.world_size)) {
+    } else if (op == kSet && !owns(c.rank, key, vlen, limits_)) {
       if (warn_)
         warn_(
             fmt::format("rendezvous store: rank {} ({}) tried to set key '{}', which is not its "
@@ -611,25 +620,27 @@ void TcpStoreClient::set(const std::string& key, const std::vector<char>& data) 
     fail(WT_ERR_REMOTE, "rendezvous at {}: the store is full (key '{}')", where_, key);
   if (status == kNotYours)
     fail(WT_ERR_INVALID_ARGUMENT,
-         "rendezvous at {}: rank {} may not set key '{}' (a rank sets its own keys only)", where_,
-         rank_, key);
+         "rendezvous at {}: rank {} may not set key '{}' (a rank sets its own keys only, and a "
+         "pair's address only for its own pairs, in at most 192 bytes)",
+         where_, rank_, key);
 }
 
-void TcpStoreClient::learn_pair_keys(SessionKeys& keys, int world_size) {
+void TcpStoreClient::learn_pair_keys(SessionKeys& keys, const std::vector<int>& higher_peers) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<char> out;
   if (request(kPairKeys, "", nullptr, &out) != kDone)
     fail(WT_ERR_REMOTE,
          "the rendezvous store at {} gave rank {} no pair keys (it hands them to each rank once)",
          where_, rank_);
-  const auto expect = kKey * static_cast<std::size_t>(std::max(world_size - rank_ - 1, 0));
+  const auto expect = kKey * higher_peers.size();
   if (out.size() != expect)
     fail(WT_ERR_REMOTE,
-         "the rendezvous store at {} gave rank {} {} bytes of pair keys for a world of {} ({} "
-         "expected)",
-         where_, rank_, out.size(), world_size, expect);
-  for (int peer = rank_ + 1; peer < world_size; ++peer) {
-    const auto at = kKey * static_cast<std::size_t>(peer - rank_ - 1);
+         "the rendezvous store at {} gave rank {} {} bytes of pair keys for {} pair(s) with higher "
+         "ranks ({} expected)",
+         where_, rank_, out.size(), higher_peers.size(), expect);
+  for (std::size_t i = 0; i < higher_peers.size(); ++i) {
+    const int peer = higher_peers[i];
+    const auto at = kKey * i;
     keys.learn_pair_key(peer, SessionSecret::from_bytes(std::string_view(out.data() + at, kKey))
                                   .masked(pair_key_pad(key_, snonce_, cnonce_, peer)));
   }

@@ -16,14 +16,15 @@
 // answer's HMAC_K("wt store answer", snonce cnonce seq:u64 answer), seq counting the connection's
 // requests from 0 (no request or answer can be replayed, reordered or moved to another
 // connection). Ops: 1 SET, 2 GET, 3 PAIR_KEYS (no key: the keys of the pairs this rank is the
-// lower rank of, ranks rank+1..world-1 in order, each XOR HMAC_K("wt pair key wrap", snonce
-// cnonce peer), once per rank). Status: 0 done / found, 1 missing, 2 refused: the key exists (a key
-// is set once), 3 refused: the store is full, 4 refused: the key is another rank's. A rank sets
-// only its own keys: those of a mesh of chosen pairs, "pair_<rank>_<peer>" (pair_address_key),
-// and those Gloo's full mesh has it publish, "<rank>" and "rank_<rank>". A connection that does
-// not prove a rank's key within the auth deadline, sends a bad MAC or a malformed request is
-// dropped and reported through `warn`; a connection the server closes before its welcome (a flood
-// made room) is retried by the client, never read as another session's store.
+// lower rank of, in the mesh's shape (Limits::pairs), in increasing order of the peer, each XOR
+// HMAC_K("wt pair key wrap", snonce cnonce peer), once per rank). Status: 0 done / found, 1
+// missing, 2 refused: the key exists (a key is set once), 3 refused: the store is full, 4 refused:
+// the key is another rank's. A rank sets only its own keys: the addresses of its own pairs in the
+// mesh's shape, "pair_<rank>_<peer>" (pair_address_key; at most 192 bytes, a Gloo address), and
+// those Gloo's full mesh has it publish, "<rank>" and "rank_<rank>". A connection that does not
+// prove a rank's key within the auth deadline, sends a bad MAC or a malformed request is dropped
+// and reported through `warn`; a connection the server closes before its welcome (a flood made
+// room) is retried by the client, never read as another session's store.
 //
 // Bounds, whatever a client sends: keys up to 256 bytes; values up to 1 MiB; keys and stored
 // bytes for the session as a whole; ranks below the world size; connections enough for the world
@@ -33,6 +34,7 @@
 // in its thread ends serving with a message (failure()), never the process.
 #pragma once
 
+#include "mesh_pairs.hpp"
 #include "session_keys.hpp"
 #include "session_secret.hpp"
 
@@ -64,12 +66,15 @@ class TcpStoreServer {
     std::chrono::milliseconds request_deadline{10'000};
     std::chrono::milliseconds idle_deadline{10'000};
     int world_size = 1 << 16;  // ranks 0..world_size-1 may connect
+    // The pairs of the mesh being formed: a rank sets the addresses of these pairs only, and is
+    // handed the keys of these pairs only.
+    MeshPairs pairs = MeshPairs::full();
     // What a Gloo group of `world_size` ranks needs (two keys per rank, a few KiB each for a
     // large world), with room for the ranks' reconnects and a few strangers.
     static Limits for_world(int world_size);
-    // What a mesh of `world_size` ranks and `pairs` chosen pairs needs (mesh_pairs.hpp): two
+    // What a mesh of `world_size` ranks and the pairs `pairs` names needs (mesh_pairs.hpp): two
     // addresses per pair, each under its own key, besides what for_world allows.
-    static Limits for_mesh(int world_size, uint64_t pairs);
+    static Limits for_mesh(int world_size, const MeshPairs& pairs);
   };
   using Warn = std::function<void(const std::string&)>;
 
@@ -128,9 +133,10 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
-  // The keys of the pairs of this rank with ranks rank+1..world_size-1, from the store, into
-  // `keys` (a worker derives only the others: session_keys.hpp).
-  void learn_pair_keys(SessionKeys& keys, int world_size);
+  // The keys of this rank's pairs with higher ranks, from the store, into `keys` (a worker
+  // derives only the others: session_keys.hpp). The store hands them once, for the pairs of its
+  // Limits::pairs: `higher_peers` are those peers, in increasing order.
+  void learn_pair_keys(SessionKeys& keys, const std::vector<int>& higher_peers);
 
  private:
   // The handshake; `foreign`: what answered is not this session's store.

@@ -95,7 +95,7 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     const auto secret = plugins::SessionSecret::mint();
     store = std::make_unique<plugins::TcpStoreServer>(
         o.master_address, o.master_port, secret,
-        plugins::TcpStoreServer::Limits::for_mesh(world, o.pairs.pair_count(world)), o.warn);
+        plugins::TcpStoreServer::Limits::for_mesh(world, o.pairs), o.warn);
     mine["secret"] = secret.hex();
   }
   // Every rank's holdings on every rank (the trainer group is the trainer's own processes).
