@@ -310,6 +310,8 @@ int main(int argc, char** argv) {
                  "is mid-transfer then), as --pause-before does");
   app.add_option("--group-timeout-s", group_timeout_s);
   app.add_option("--http-timeout-s", http_timeout_s);
+  std::string token;
+  app.add_option("--token", token, "the receivers' bearer token");
   CLI11_PARSE(app, argc, argv);
   try {
     wt::test::VectorSource source;
@@ -328,6 +330,7 @@ int main(int argc, char** argv) {
 #endif
     wt::HttpClient::Options hopts;
     hopts.timeout = std::chrono::seconds(http_timeout_s);
+    hopts.bearer_token = token;
     std::vector<std::unique_ptr<wt::HttpClient>> https;
     std::vector<wt::FanOutClient::Replica> replicas;
     for (const auto& u : urls) {
