@@ -3,9 +3,13 @@
 // receiver run in this process (two threads, two Gloo ranks over loopback TCP), for two models: a
 // few large tensors, and 2,000 small ones. After two warm-up rounds, packed, raw and unpacked
 // rounds are interleaved; each figure is the median round. Prints GB/s, the ratio of packed to raw,
-// and unpacked GB/s (one broadcast per tensor, into the receiver's memory).
+// and unpacked GB/s (one broadcast per tensor, into the receiver's memory). Then what the round
+// digests cost (round_digests.hpp): XXH3-128 of the round's bytes as the root computes them (4 MiB
+// blocks on two threads), in ms per GB and as a share of the packed round; the root digests what it
+// sends and every receiver what arrived, so a round pays it at both ends.
 //
 //   build/bin/wt_bench_nccl [--mib 256] [--rounds 9] [--buffer-mib 64]
+#include "round_digests.hpp"
 #include "support/free_port.hpp"
 #include "tcp_store.hpp"
 
@@ -58,6 +62,7 @@ class Blocks : public wt::WeightSource {
   }
   void end() override {}
   std::size_t total() const { return data_.size(); }
+  const unsigned char* data() const { return data_.data(); }
 
  private:
   std::vector<unsigned char> data_;
@@ -196,6 +201,7 @@ int main(int argc, char** argv) {
   };
   fmt::print("{:<28} {:>14} {:>9} {:>16} {:>9}\n", "model", "packed GB/s", "raw GB/s", "packed/raw",
              "unpacked");
+  std::vector<std::string> digest_rows;
   for (Model m : {Model{"4 large tensors", 4}, Model{"2,000 small tensors", 2000}}) {
     const std::size_t tensor = total / m.count / 2 * 2;
     Blocks source(m.count, tensor);
@@ -219,6 +225,25 @@ int main(int argc, char** argv) {
     fmt::print("{:<28} {:>14.2f} {:>9.2f} {:>16.2f} {:>9.2f}\n",
                fmt::format("{} ({} MiB)", m.name, (m.count * tensor) >> 20), ours, gloo,
                ours / gloo, bytes / median(t_unpacked) / 1e9);
+    // The digests of one packed round: one per chunk of `buffer` bytes.
+    std::vector<double> t_digest;
+    volatile unsigned char sink = 0;
+    for (int r = 0; r < rounds; ++r)
+      t_digest.push_back(seconds([&] {
+        for (std::size_t off = 0; off < source.total(); off += static_cast<std::size_t>(buffer)) {
+          const std::size_t n = std::min(static_cast<std::size_t>(buffer), source.total() - off);
+          sink = sink ^
+                 wt::plugins::digest_of(source.data() + off, n, 42, wt::plugins::kDigestThreads)[0];
+        }
+      }));
+    digest_rows.push_back(fmt::format("{:<28} {:>14.1f} {:>9.2f} {:>16.1f}",
+                                      fmt::format("{} ({} MiB)", m.name, (m.count * tensor) >> 20),
+                                      median(t_digest) * 1e3 / (bytes / 1e9),
+                                      bytes / median(t_digest) / 1e9,
+                                      100 * median(t_digest) / median(t_packed)));
   }
+  fmt::print("\n{:<28} {:>14} {:>9} {:>16}\n", "round digests (one end)", "ms per GB", "GB/s",
+             "% of the round");
+  for (const auto& row : digest_rows) fmt::print("{}\n", row);
   return 0;
 }
