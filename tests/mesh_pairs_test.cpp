@@ -123,6 +123,24 @@ TEST(MeshPairs, InATreeARankPublishesAndLearnsOnlyItsOwnPairs) {
   EXPECT_THROW(two.pair_key_with(3), sdk::Error) << "no pair with rank 3 in the tree";
 }
 
+// Rank `rank` of a mesh of `world` ranks of `shape` meeting at 127.0.0.1:port, as a trainer's
+// rank 0 (the secret) or a worker (its own key).
+CommunicatorOptions rank_options(int rank, int world, int port, const MeshPairs& shape) {
+  CommunicatorOptions o;
+  o.master_address = "127.0.0.1";
+  o.master_port = port;
+  o.rank = rank;
+  o.world_size = world;
+  o.rendezvous_timeout = 60s;
+  o.transfer_timeout = 60s;
+  o.pairs = shape;
+  if (rank == 0)
+    o.session_secret = kSecret.hex();
+  else
+    o.rank_key = SessionKeys::rank_key(kSecret, rank).hex();
+  return o;
+}
+
 // Forms one mesh of `world` ranks of `shape` on threads; returns each rank's context (null where
 // forming failed, with the error in `errors`).
 std::vector<std::shared_ptr<gloo::rendezvous::Context>> form(int world, const MeshPairs& shape,
@@ -133,20 +151,9 @@ std::vector<std::shared_ptr<gloo::rendezvous::Context>> form(int world, const Me
   std::vector<std::thread> ranks;
   for (int r = 0; r < world; ++r)
     ranks.emplace_back([&, r] {
-      CommunicatorOptions o;
-      o.master_address = "127.0.0.1";
-      o.master_port = port;
-      o.rank = r;
-      o.world_size = world;
-      o.rendezvous_timeout = 60s;
-      o.transfer_timeout = 60s;
-      o.pairs = shape;
-      if (r == 0)
-        o.session_secret = kSecret.hex();
-      else
-        o.rank_key = SessionKeys::rank_key(kSecret, r).hex();
       try {
-        meshes[static_cast<std::size_t>(r)] = form_gloo_mesh(o, nullptr);
+        meshes[static_cast<std::size_t>(r)] =
+            form_gloo_mesh(rank_options(r, world, port, shape), nullptr);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
@@ -220,19 +227,8 @@ TEST(GlooMesh, ABroadcastTreeOfThirtyThreeRanksCarriesEveryByte) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < kWorld; ++r)
     ranks.emplace_back([&, r] {
-      CommunicatorOptions o;
-      o.master_address = "127.0.0.1";
-      o.master_port = port;
-      o.rank = r;
-      o.world_size = kWorld;
-      o.rendezvous_timeout = 60s;
-      o.transfer_timeout = 60s;
-      if (r == 0)
-        o.session_secret = kSecret.hex();
-      else
-        o.rank_key = SessionKeys::rank_key(kSecret, r).hex();
       try {
-        BroadcastGroup g(o);
+        BroadcastGroup g(rank_options(r, kWorld, port, MeshPairs::broadcast_tree()));
         std::vector<unsigned char> data(1 << 20);
         if (r == 0)
           for (std::size_t i = 0; i < data.size(); ++i)
