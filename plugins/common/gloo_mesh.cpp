@@ -164,10 +164,9 @@ std::shared_ptr<gloo::rendezvous::Context> form_gloo_mesh(const CommunicatorOpti
                                                      o.give_up);
       // A worker derives the keys of its pairs with lower ranks; the others the store hands it
       // (a worker of a hub mesh pairs only with the lower, trainer ranks: it needs none).
-      if (!keys->holds_secret() && !peers.empty() && peers.back() > o.rank)
-        client->learn_pair_keys(
-            *keys,
-            std::vector<int>(std::upper_bound(peers.begin(), peers.end(), o.rank), peers.end()));
+      if (const auto higher = o.pairs.higher_peers(o.rank, o.world_size);
+          !keys->holds_secret() && !higher.empty())
+        client->learn_pair_keys(*keys, higher);
       // Every pair proves its key on its socket before Gloo reads a byte of it.
       auto device = make_proving_device(local_address_towards(o.master_address), keys, until);
       auto chosen = std::make_shared<ChosenPairsContext>(o.rank, o.world_size);

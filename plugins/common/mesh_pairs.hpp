@@ -16,6 +16,7 @@
 // formation barrier runs on. Header-only, compiled into each plugin that forms a mesh.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <string>
@@ -63,6 +64,13 @@ class MeshPairs {
           if (p != rank) out.push_back(p);
         break;
     }
+    return out;
+  }
+
+  // The peers of `rank` above it: the pairs whose keys a worker is handed rather than derives.
+  std::vector<int> higher_peers(int rank, int world) const {
+    std::vector<int> out = peers(rank, world);
+    out.erase(out.begin(), std::upper_bound(out.begin(), out.end(), rank));
     return out;
   }
 

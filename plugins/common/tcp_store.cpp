@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -70,12 +71,12 @@ bool owns(int rank, const std::string& key, std::size_t bytes,
   if (key.size() <= mine.size() || key.size() > mine.size() + 5 || key.rfind(mine, 0) != 0 ||
       bytes > kMaxPairAddress)
     return false;
-  int peer = 0;
-  for (std::size_t i = mine.size(); i < key.size(); ++i) {
-    if (key[i] < '0' || key[i] > '9' || (i == mine.size() && key[i] == '0' && key.size() > i + 1))
-      return false;
-    peer = peer * 10 + (key[i] - '0');
-  }
+  const char* digits = key.data() + mine.size();
+  const char* end = key.data() + key.size();
+  int peer = -1;
+  if (std::from_chars(digits, end, peer).ptr != end || peer < 0 ||
+      (*digits == '0' && end - digits > 1))  // one spelling per peer: no sign, no leading zero
+    return false;
   return peer < limits.world_size && limits.pairs.connects(rank, peer);
 }
 Mac mac_at(const char* p) {
@@ -295,9 +296,7 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
       answer.push_back(static_cast<char>(kExists));
     } else if (op == kPairKeys) {
       answer.push_back(static_cast<char>(kDone));
-      std::vector<int> higher;
-      for (int peer : limits_.pairs.peers(c.rank, limits_.world_size))
-        if (peer > c.rank) higher.push_back(peer);
+      const std::vector<int> higher = limits_.pairs.higher_peers(c.rank, limits_.world_size);
       put_u32(answer, static_cast<uint32_t>(kKey * higher.size()));
       for (int peer : higher) {
         const SessionSecret pair =
