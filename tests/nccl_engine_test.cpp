@@ -3,6 +3,7 @@
 // payload, the call order, non-sender ranks, sources rejected before any collective, strided
 // views sent contiguous, a blocked RPC never waited for when the source fails, and the wire
 // parameters a worker learns from its init info.
+#include "broadcast_pipeline.hpp"
 #include "nccl_trainer.hpp"
 #include "nccl_worker.hpp"
 #include "packed_chunks.hpp"
@@ -975,6 +976,46 @@ TEST(RoundDigests, ALargeBroadcastIsTheDigestOfItsBlocksDigests) {
   EXPECT_EQ(plugins::digest_of(data.data(), n, seed, 3), expected);
   data[n - 1] ^= 0x80;
   EXPECT_NE(plugins::digest_of(data.data(), n, seed, 3), expected);
+}
+
+// A receiver hashes what arrived while its next chunk arrives (DigestedDomain::broadcast_then), so
+// the pipeline hands a slot back only once its digest is computed: 12 chunks of 16 MiB through two
+// slots, each chunk's bytes its own, give each chunk's digest, in broadcast order. A slot handed
+// back early would be written by the next broadcast while its digest was computed.
+TEST(RoundDigests, AReceiversDigestsFollowItsBroadcastsWhileTheSlotsAreReused) {
+  // Writes chunk k's bytes (every byte k + 1) into the slot it is given.
+  class Writing final : public plugins::Communicator {
+   public:
+    void broadcast(void* data, std::size_t bytes, DLDataType, int, const std::string&) override {
+      std::memset(data, static_cast<int>(++k_), bytes);
+    }
+    void abort() override {}
+    bool broken() const override { return false; }
+
+   private:
+    unsigned k_ = 0;
+  };
+  const std::size_t n = std::size_t{16} << 20, chunks = 12;
+  const uint64_t seed = 99;
+  plugins::DigestedDomain domain(std::make_unique<Writing>(), false, seed);
+  std::vector<unsigned char> slots[2] = {std::vector<unsigned char>(n),
+                                         std::vector<unsigned char>(n)};
+  {
+    plugins::BroadcastPipeline pipeline(domain, 2);
+    for (std::size_t c = 0; c < chunks; ++c) {
+      if (c >= 2) pipeline.wait(c % 2);
+      pipeline.submit(c % 2, slots[c % 2].data(), n, {kDLUInt, 8, 1}, "chunk " + std::to_string(c));
+    }
+    pipeline.drain();
+  }
+  const auto got = domain.take_digests();
+  ASSERT_EQ(got.size(), chunks);
+  std::vector<unsigned char> expected(n);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    std::memset(expected.data(), static_cast<int>(c + 1), n);
+    EXPECT_EQ(got[c].what, "chunk " + std::to_string(c));
+    EXPECT_EQ(got[c].digest, plugins::digest_of(expected.data(), n, seed, 1)) << c;
+  }
 }
 
 }  // namespace

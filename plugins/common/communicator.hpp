@@ -58,6 +58,15 @@ class Communicator {
   // `what`; the domain is then broken for good and must be made again.
   virtual void broadcast(void* data, std::size_t bytes, DLDataType dtype, int root,
                          const std::string& what) = 0;
+  // The same broadcast, for a caller that reuses `data` only once `settled` ran: most domains call
+  // it before returning; one that still reads the bytes afterwards (a digesting receiver hashes
+  // what arrived while the next broadcast runs) calls it later, once, from another thread, and
+  // always within bounded time. When the broadcast throws, `settled` is never called.
+  virtual void broadcast_then(void* data, std::size_t bytes, DLDataType dtype, int root,
+                              const std::string& what, std::function<void()> settled) {
+    broadcast(data, bytes, dtype, root, what);
+    settled();
+  }
   // From any thread: the broadcast in progress fails with WT_ERR_ABORTED, as does every later one.
   virtual void abort() = 0;
   virtual bool broken() const = 0;
@@ -68,8 +77,9 @@ class Communicator {
   // failed round drops the group first; NCCL's does not, so a failed round aborts it, tells the
   // inference side, and the group goes only when the engine does (retire_broken).
   virtual bool peers_see_it_close() const { return true; }
-  // The digests of the broadcasts since the last call, in order, and forgets them. A domain that
-  // does not digest (NCCL, the unit tests' spies) has none.
+  // The digests of the broadcasts since the last call, in order, and forgets them (waiting for
+  // digests still being computed). A domain that does not digest (NCCL, the unit tests' spies)
+  // has none.
   virtual std::vector<BroadcastDigest> take_digests() { return {}; }
   virtual bool digests() const { return false; }
 };

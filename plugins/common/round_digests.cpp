@@ -79,8 +79,55 @@ void DigestedDomain::broadcast(void* data, std::size_t bytes, DLDataType dtype, 
   digests_.push_back(std::move(d));
 }
 
-std::vector<BroadcastDigest> DigestedDomain::take_digests() {
+void DigestedDomain::broadcast_then(void* data, std::size_t bytes, DLDataType dtype, int root,
+                                    const std::string& what, std::function<void()> settled) {
+  if (root_) {  // the root's digest already runs beside its send
+    broadcast(data, bytes, dtype, root, what);
+    settled();
+    return;
+  }
+  inner_->broadcast(data, bytes, dtype, root, what);
+  // What arrived, hashed while the caller receives the next broadcast; its slot in digests_ keeps
+  // the broadcast order, and `settled` hands the bytes back once they are read.
   std::lock_guard<std::mutex> l(mu_);
+  const std::size_t at = digests_.size();
+  digests_.push_back({{}, what});
+  std::erase_if(hashing_, [](const std::future<void>& f) {
+    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+  hashing_.push_back(
+      std::async(std::launch::async, [this, data, bytes, at, settled = std::move(settled)] {
+        // Settled whatever happens (the caller's pipeline waits for it); a digest that could not be
+        // computed stays zero, and the round is refused at verification.
+        try {
+          const Digest d = digest_of(data, bytes, seed_, kDigestThreads);
+          std::lock_guard<std::mutex> g(mu_);
+          digests_[at].digest = d;
+        } catch (...) {
+        }
+        settled();
+      }));
+}
+
+std::unique_lock<std::mutex> DigestedDomain::settle_all() {
+  // Until no digest is being computed: each is pushed with its entry in digests_, under mu_, so
+  // the entries are then complete and none is written to after this returns (the lock is held).
+  for (;;) {
+    std::unique_lock<std::mutex> l(mu_);
+    if (hashing_.empty()) return l;
+    std::vector<std::future<void>> hashing;
+    hashing.swap(hashing_);
+    l.unlock();
+    for (auto& f : hashing) f.get();
+  }
+}
+
+DigestedDomain::~DigestedDomain() {
+  settle_all();
+}
+
+std::vector<BroadcastDigest> DigestedDomain::take_digests() {
+  auto l = settle_all();
   return std::exchange(digests_, {});
 }
 

@@ -26,6 +26,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,15 +55,19 @@ inline constexpr std::size_t kDigestBlockBytes = std::size_t{4} << 20;
 inline constexpr unsigned kDigestThreads = 2;
 Digest digest_of(const void* data, std::size_t bytes, uint64_t seed, unsigned threads = 1);
 
-// A broadcast domain that digests each broadcast: the root before it sends, every other rank after
-// its bytes arrived. Everything else is the wrapped domain's.
+// A broadcast domain that digests each broadcast: the root while it sends, every other rank after
+// its bytes arrived (broadcast_then: on a thread of its own, while the caller's next broadcast
+// runs). Everything else is the wrapped domain's.
 class DigestedDomain final : public Communicator {
  public:
   DigestedDomain(std::unique_ptr<Communicator> inner, bool root, uint64_t seed)
       : inner_(std::move(inner)), root_(root), seed_(seed) {}
+  ~DigestedDomain() override;  // waits for the digests still being computed
 
   void broadcast(void* data, std::size_t bytes, DLDataType dtype, int root,
                  const std::string& what) override;
+  void broadcast_then(void* data, std::size_t bytes, DLDataType dtype, int root,
+                      const std::string& what, std::function<void()> settled) override;
   void abort() override { inner_->abort(); }
   bool broken() const override { return inner_->broken(); }
   void* stream() const override { return inner_->stream(); }
@@ -73,8 +79,13 @@ class DigestedDomain final : public Communicator {
   std::unique_ptr<Communicator> inner_;
   const bool root_;
   const uint64_t seed_;
-  std::mutex mu_;  // broadcasts run on a pipeline's thread; digests are taken on the caller's
+  // Broadcasts run on a pipeline's thread, receivers' digests on threads of their own, and digests
+  // are taken on the caller's.
+  std::mutex mu_;
   std::vector<BroadcastDigest> digests_;
+  std::vector<std::future<void>> hashing_;  // receivers' digests being computed into digests_
+  // Waits for every digest being computed; returns holding mu_.
+  std::unique_lock<std::mutex> settle_all();
 };
 
 // The verification payload for `digests` (the sender's, in broadcast order).

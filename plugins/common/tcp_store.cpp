@@ -23,7 +23,7 @@ namespace {
 using sdk::fail;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint8_t kSet = 1, kGet = 2, kPairKeys = 3;
+constexpr uint8_t kSet = 1, kGet = 2, kPairKeys = 3, kRaise = 4, kFate = 5;
 constexpr uint8_t kDone = 0, kMissing = 1, kExists = 2, kFull = 3, kNotYours = 4;
 constexpr uint8_t kWelcome = 0, kRefused = 1;
 constexpr char kMagic[4] = {'W', 'T', 'S', '3'};
@@ -262,18 +262,20 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
   while (c.in.size() >= 5) {
     const uint8_t op = static_cast<uint8_t>(c.in[0]);
     const uint32_t klen = get_u32(c.in.data() + 1);
-    if ((op != kSet && op != kGet && op != kPairKeys) || klen > limits_.max_key ||
-        (op == kPairKeys && klen != 0)) {
+    const bool about_a_round = op == kRaise || op == kFate;  // the key: the round, 4 bytes
+    if (op < kSet || op > kFate || klen > limits_.max_key || (op == kPairKeys && klen != 0) ||
+        (about_a_round && klen != 4)) {
       refuse(c, "a malformed request");
       return false;
     }
     std::size_t body = 5 + klen;
     uint32_t vlen = 0;
-    if (op == kSet) {
+    if (op == kSet || op == kRaise) {
       if (c.in.size() < body + 4) break;
       vlen = get_u32(c.in.data() + body);
-      if (vlen > limits_.max_value) {
-        refuse(c, fmt::format("a value of {} bytes (at most {})", vlen, limits_.max_value));
+      const std::size_t most = op == kSet ? limits_.max_value : kMaxFateReason;
+      if (vlen > most) {
+        refuse(c, fmt::format("a value of {} bytes (at most {})", vlen, most));
         return false;
       }
       body += 4 + vlen;
@@ -303,6 +305,26 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
             SessionKeys::pair_key(SessionKeys::rank_key(secret_, peer), c.rank)
                 .masked(pair_key_pad(c.key, c.snonce, c.cnonce, peer));
         answer.append(pair.bytes());
+      }
+    } else if (op == kRaise) {
+      // The first rank to end a round names it; what it says is kept for the latest rounds only.
+      const uint32_t round = get_u32(key.data());
+      if (fates_.count(round)) {
+        answer.push_back(static_cast<char>(kExists));
+      } else {
+        const char* v = c.in.data() + 5 + klen + 4;
+        fates_[round] = {c.rank, std::string(v, vlen)};
+        if (fates_.size() > kFatesKept) fates_.erase(fates_.begin());
+        answer.push_back(static_cast<char>(kDone));
+      }
+    } else if (op == kFate) {
+      if (auto it = fates_.find(get_u32(key.data())); it == fates_.end()) {
+        answer.push_back(static_cast<char>(kMissing));
+      } else {
+        answer.push_back(static_cast<char>(kDone));
+        put_u32(answer, static_cast<uint32_t>(4 + it->second.second.size()));
+        put_u32(answer, static_cast<uint32_t>(it->second.first));
+        answer += it->second.second;
       }
     } else if (op == kSet && !owns(c.rank, key, vlen, limits_)) {
       if (warn_)
@@ -354,7 +376,8 @@ void TcpStoreServer::serve_loop() {
       for (auto& x : c) ::close(x->fd);
     }
   } close_all{conns};
-  const std::size_t max_request = 5 + limits_.max_key + 4 + limits_.max_value + kMac;
+  const std::size_t max_request =
+      5 + limits_.max_key + 4 + std::max(limits_.max_value, kMaxFateReason) + kMac;
   for (;;) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
     for (auto& c : conns)
@@ -564,7 +587,10 @@ bool TcpStoreClient::try_connect(std::string* why, bool* foreign) {
 uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::vector<char>* value,
                                 std::vector<char>* out) {
   const std::string& wire_key = key;
-  const std::string what = op == kPairKeys ? std::string("the pair keys") : "key '" + key + "'";
+  const std::string what = op == kPairKeys ? std::string("the pair keys")
+                           : op == kRaise || op == kFate
+                               ? fmt::format("the fate of round {}", get_u32(key.data()))
+                               : "key '" + key + "'";
   std::string msg;
   msg.push_back(static_cast<char>(op));
   put_u32(msg, static_cast<uint32_t>(wire_key.size()));
@@ -579,11 +605,13 @@ uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::v
   std::string answer(1, '\0');
   io(fd_, false, answer.data(), 1, until_, where_, what);
   const auto status = static_cast<uint8_t>(answer[0]);
-  if ((op == kGet || op == kPairKeys) && status == kDone) {
+  if ((op == kGet || op == kPairKeys || op == kFate) && status == kDone) {
     char len[4];
     io(fd_, false, len, 4, until_, where_, what);
     const uint32_t n = get_u32(len);
-    const std::size_t most = op == kGet ? std::size_t{1} << 20 : kKey << 16;
+    const std::size_t most = op == kGet    ? std::size_t{1} << 20
+                             : op == kFate ? 4 + kMaxFateReason
+                                           : kKey << 16;
     if (n > most)
       fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} with {} bytes (at most {})",
            where_, what, n, most);
@@ -643,6 +671,31 @@ void TcpStoreClient::learn_pair_keys(SessionKeys& keys, const std::vector<int>& 
     keys.learn_pair_key(peer, SessionSecret::from_bytes(std::string_view(out.data() + at, kKey))
                                   .masked(pair_key_pad(key_, snonce_, cnonce_, peer)));
   }
+}
+
+namespace {
+std::string round_key(uint32_t round) {
+  std::string k;
+  put_u32(k, round);
+  return k;
+}
+}  // namespace
+
+bool TcpStoreClient::raise_fate(uint32_t round, const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  const std::string said = why.substr(0, kMaxFateReason);
+  const std::vector<char> value(said.begin(), said.end());
+  return request(kRaise, round_key(round), &value, nullptr) == kDone;
+}
+
+std::optional<TcpStoreClient::Fate> TcpStoreClient::fate(uint32_t round) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<char> out;
+  if (request(kFate, round_key(round), nullptr, &out) != kDone) return std::nullopt;
+  if (out.size() < 4)
+    fail(WT_ERR_REMOTE, "the rendezvous store at {} answered the fate of round {} with {} bytes",
+         where_, round, out.size());
+  return Fate{static_cast<int>(get_u32(out.data())), std::string(out.data() + 4, out.size() - 4)};
 }
 
 std::vector<char> TcpStoreClient::get(const std::string& key) {

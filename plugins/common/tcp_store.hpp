@@ -17,7 +17,10 @@
 // requests from 0 (no request or answer can be replayed, reordered or moved to another
 // connection). Ops: 1 SET, 2 GET, 3 PAIR_KEYS (no key: the keys of the pairs this rank is the
 // lower rank of, in the mesh's shape (Limits::pairs), in increasing order of the peer, each XOR
-// HMAC_K("wt pair key wrap", snonce cnonce peer), once per rank). Status: 0 done / found, 1
+// HMAC_K("wt pair key wrap", snonce cnonce peer), once per rank), 4 RAISE and 5 FATE (the round
+// signal, round_signal.hpp: the key is a round number, u32; RAISE's value why the connecting rank
+// ended that round, at most 1 KiB, the first RAISE of a round wins; FATE answers rank:u32 and that
+// reason, or missing; the latest 64 rounds' fates are kept). Status: 0 done / found, 1
 // missing, 2 refused: the key exists (a key is set once), 3 refused: the store is full, 4 refused:
 // the key is another rank's. A rank sets only its own keys: the addresses of its own pairs in the
 // mesh's shape, "pair_<rank>_<peer>" (pair_address_key; at most 192 bytes, a Gloo address), and
@@ -47,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -108,6 +112,7 @@ class TcpStoreServer {
   std::map<std::string, std::vector<char>> data_;  // only serve() touches it
   std::size_t stored_bytes_ = 0;
   std::set<int> pair_keys_served_;  // the ranks given their pair keys (once each)
+  std::map<uint32_t, std::pair<int, std::string>> fates_;  // round -> who ended it first, why
   std::atomic<std::size_t> dropped_{0}, rejected_{0};
   mutable std::mutex failure_mu_;
   std::string failure_;
@@ -117,6 +122,10 @@ class TcpStoreServer {
 // The key under which rank `from` publishes the address of its pair with rank `to`, in a mesh of
 // chosen pairs (gloo_mesh.hpp); only `from` may set it.
 std::string pair_address_key(int from, int to);
+
+// What a RAISE may say of a round, and how many rounds' fates the store keeps.
+inline constexpr std::size_t kMaxFateReason = 1024;
+inline constexpr std::size_t kFatesKept = 64;
 
 class TcpStoreClient final : public gloo::rendezvous::Store {
  public:
@@ -137,6 +146,16 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
   // derives only the others: session_keys.hpp). The store hands them once, for the pairs of its
   // Limits::pairs: `higher_peers` are those peers, in increasing order.
   void learn_pair_keys(SessionKeys& keys, const std::vector<int>& higher_peers);
+
+  // The round signal (round_signal.hpp). raise_fate: this rank ended round `round`, because `why`
+  // (cut to kMaxFateReason bytes); false when another rank ended it first. fate: who ended round
+  // `round` first, and why, if anyone did (asked once, not waited for).
+  struct Fate {
+    int rank = -1;
+    std::string why;
+  };
+  bool raise_fate(uint32_t round, const std::string& why);
+  std::optional<Fate> fate(uint32_t round);
 
  private:
   // The handshake; `foreign`: what answered is not this session's store.

@@ -89,8 +89,16 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   // so, before any worker is told to meet this rank); then rank 0 mints the NCCL unique id every
   // rank and worker creates the communicator from (NCCL's own bootstrap; no store, no mesh).
   if (cuda_device_ >= 0) plugins::DeviceBytes(cuda_device_, 1);
-  if (rank_ == 0 && cuda_device_ >= 0)
+  if (rank_ == 0 && cuda_device_ >= 0) {
     mine["nccl_unique_id_b64"] = plugins::NcclCommunicator::unique_id_b64();
+    if (ranks_ >= 2) {  // the round signal's store: the trainer ranks' only, never a worker's
+      const auto secret = plugins::SessionSecret::mint();
+      signal_store_ = std::make_unique<plugins::TcpStoreServer>(
+          o.master_address, o.master_port, secret,
+          plugins::TcpStoreServer::Limits::for_world(ranks_), o.warn);
+      mine["signal_secret"] = secret.hex();
+    }
+  }
   if (rank_ == 0 && cuda_device_ < 0) {
     const auto secret = plugins::SessionSecret::mint();
     store = std::make_unique<plugins::TcpStoreServer>(
@@ -110,6 +118,13 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     if (k == 0) {
       o.session_secret = j.value("secret", "");
       unique_id = j.value("nccl_unique_id_b64", "");
+      if (cuda_device_ >= 0 && ranks_ >= 2)
+        signal_ = std::make_unique<plugins::RoundSignal>(
+            o.master_address, o.master_port,
+            plugins::SessionKeys::of_secret(
+                plugins::SessionSecret::from_hex(j.value("signal_secret", ""), "signal_secret"),
+                rank_),
+            o.transfer_timeout);
     }
   }
   InferenceLayout inference;
@@ -204,16 +219,26 @@ void M2nTrainer::send_weights(const sdk::SendArgs& args) {
   if (transfers_->broken())
     fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; create the trainer engine again");
   // Whatever fails this round on this rank (the start call, the source, a transfer) closes the
-  // pairs, so every other rank and worker stops at once instead of at its deadline.
+  // pairs (Gloo) or raises the round signal (NCCL), so every other rank and worker stops at once
+  // instead of at its deadline; a rank that hears another rank's fate aborts its transfers.
+  const uint32_t round = round_++;
+  std::unique_ptr<plugins::RoundSignal::Watch> watch;
+  if (signal_) watch = signal_->watch(round, [this](const std::string&) { transfers_->abort(); });
   try {
-    run_round(args);
+    run_round(args, round, watch.get());
   } catch (...) {
+    const std::string fate = watch ? watch->fate() : std::string();
+    if (signal_ && fate.empty() && !aborted_.aborted())
+      signal_->raise(round, sdk::message_of(std::current_exception()));
     transfers_->discard();
+    // Aborted here because another rank ended the round: that rank's reason is the round's.
+    if (!fate.empty() && !aborted_.aborted()) throw sdk::Error(WT_ERR_REMOTE, fate);
     throw;
   }
 }
 
-void M2nTrainer::run_round(const sdk::SendArgs& args) {
+void M2nTrainer::run_round(const sdk::SendArgs& args, uint32_t round,
+                           const plugins::RoundSignal::Watch* watch) {
   std::string first;
   if (!same_model(source_.metadata(), meta_, &first))
     fail(WT_ERR_INVALID_ARGUMENT,
@@ -244,7 +269,6 @@ void M2nTrainer::run_round(const sdk::SendArgs& args) {
          tensors.size(), meta_.size());
   // CUDA: the producer's kernels are done before NCCL reads (its stream, or the device).
   if (cuda_device_ >= 0) plugins::wait_stream(cuda_device_, args.stream);
-  const uint32_t round = round_++;
   if (rank_ != 0) {
     send_round(tensors, round);
     return;
@@ -258,7 +282,10 @@ void M2nTrainer::run_round(const sdk::SendArgs& args) {
       },
       // The other ranks' pieces of this round may still be on the wire: the mesh is done.
       [&](bool) { transfers_->discard(); }, args.weight_version, nullptr,
-      [this] { return transfers_->given_up(); });
+      [this, watch] {
+        std::string why = transfers_->given_up();
+        return why.empty() && watch != nullptr ? watch->fate() : why;
+      });
 }
 
 void M2nTrainer::send_round(const std::vector<wt_tensor>& tensors, uint32_t round) {

@@ -11,6 +11,8 @@
 #include "../common/async_rpc.hpp"
 #include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
+#include "../common/round_signal.hpp"
+#include "../common/tcp_store.hpp"
 #include "m2n_init_info.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
@@ -36,7 +38,8 @@ class M2nTrainer final : public sdk::TrainerBase {
   const Plan& plan() const { return plan_; }
 
  private:
-  void run_round(const sdk::SendArgs& args);
+  void run_round(const sdk::SendArgs& args, uint32_t round,
+                 const plugins::RoundSignal::Watch* watch);
   // Posts the round's frames and pieces, then waits for them; a failure leaves the mesh broken.
   void send_round(const std::vector<wt_tensor>& tensors, uint32_t round);
   void post_round(const std::vector<wt_tensor>& tensors, uint32_t round);
@@ -67,6 +70,10 @@ class M2nTrainer final : public sdk::TrainerBase {
   std::deque<Packed> packed_;
   plugins::DeviceBytes device_frames_;    // CUDA: the frames, where NCCL can send them from
   std::unique_ptr<Transfers> transfers_;  // after what it points at: destroyed first
+  // CUDA, M >= 2: NCCL tells no rank that another gave a round up; the round signal does
+  // (round_signal.hpp), over a store rank 0 hosts for the trainer ranks alone.
+  std::unique_ptr<plugins::TcpStoreServer> signal_store_;
+  std::unique_ptr<plugins::RoundSignal> signal_;
   plugins::DescribedParams update_text_;
   sdk::AbortSignal aborted_;
   // RPC threads of failed rounds (declared after the signal they wake: destroyed first).

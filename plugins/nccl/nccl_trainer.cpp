@@ -1,9 +1,9 @@
 #include "nccl_trainer.hpp"
 
+#include "../common/broadcast_pipeline.hpp"
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
 #include "../common/round_digests.hpp"
-#include "broadcast_pipeline.hpp"
 #include "packed_chunks.hpp"
 
 #include <wt/dtype.hpp>

@@ -1,8 +1,8 @@
 #include "nccl_worker.hpp"
 
+#include "../common/broadcast_pipeline.hpp"
 #include "../common/domains.hpp"
 #include "../common/param_list.hpp"
-#include "broadcast_pipeline.hpp"
 #include "packed_chunks.hpp"
 
 #include <wt/sdk/tensor_layout.hpp>

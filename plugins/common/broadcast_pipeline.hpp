@@ -1,17 +1,20 @@
 // Packed chunks in flight: a thread of its own runs the broadcasts of a communicator in the order
 // they were submitted, while the caller fills the next buffer (trainer) or drains the previous one
 // (worker). Each of the rotating buffers is a slot: wait(slot) returns when the broadcast last
-// submitted for it is done, and rethrows the first failure of any broadcast.
+// submitted for it is done and settled (Communicator::broadcast_then: a digesting receiver still
+// hashes a chunk while the next one arrives), and rethrows the first failure of any broadcast.
 //
 // A pipeline destroyed with broadcasts still queued or running (its owner failed midway) aborts
-// the communicator first, so it never waits on a peer; the domain is then broken.
+// the communicator first, so it never waits on a peer; the domain is then broken. It also waits
+// for every broadcast it ran to settle: nothing reads a slot's buffer once it is gone.
 #pragma once
 
-#include "../common/communicator.hpp"
+#include "communicator.hpp"
 
 #include <wt/sdk/errors.hpp>
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -30,10 +33,13 @@ class BroadcastPipeline {
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
-      if (!queue_.empty() || busy_) comm_.abort();
+      // A broadcast that is over but not yet settled (a digest of it being computed) is left be.
+      if (!queue_.empty() || (busy_ && !running_done_)) comm_.abort();
       cv_.notify_all();
     }
     thread_.join();
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return unsettled_ == 0; });
   }
   BroadcastPipeline(const BroadcastPipeline&) = delete;
   BroadcastPipeline& operator=(const BroadcastPipeline&) = delete;
@@ -77,17 +83,30 @@ class BroadcastPipeline {
       Job job = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
+      const uint64_t id = ++running_;
+      running_done_ = false;
+      ++unsettled_;
       l.unlock();
       std::exception_ptr err;
+      const std::size_t slot = job.slot;
       try {
-        comm_.broadcast(job.data, job.bytes, job.dtype, 0, job.what);
+        comm_.broadcast_then(job.data, job.bytes, job.dtype, 0, job.what, [this, slot, id] {
+          std::lock_guard<std::mutex> g(mu_);
+          if (running_ == id) running_done_ = true;
+          --pending_[slot];
+          --unsettled_;
+          cv_.notify_all();
+        });
       } catch (...) {
         err = std::current_exception();
       }
       l.lock();
       busy_ = false;
-      --pending_[job.slot];
-      if (err && !error_) error_ = err;
+      if (err) {  // never settled: the slot is free, the failure is the pipeline's
+        --pending_[slot];
+        --unsettled_;
+        if (!error_) error_ = err;
+      }
       cv_.notify_all();
     }
   }
@@ -96,9 +115,12 @@ class BroadcastPipeline {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
-  std::vector<std::size_t> pending_;  // per slot: broadcasts submitted, not yet done
+  std::vector<std::size_t> pending_;  // per slot: broadcasts submitted, not yet settled
+  std::size_t unsettled_ = 0;         // broadcasts begun, not yet settled
   std::exception_ptr error_;
   bool busy_ = false, stop_ = false;
+  uint64_t running_ = 0;       // the broadcast the thread runs (or ran last), counted from 1
+  bool running_done_ = false;  // and whether it settled
   std::thread thread_;
 };
 
