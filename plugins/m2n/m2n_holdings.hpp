@@ -5,7 +5,7 @@
 #pragma once
 
 #include "m2n_init_info.hpp"
-#include "plan/m2n_layout.hpp"
+#include "m2n_layout.hpp"
 
 #include <wt/tensor.hpp>
 

@@ -4,7 +4,7 @@
 // at both ends, and the frame before them can say how many bytes follow.
 #pragma once
 
-#include "plan/m2n_plan.hpp"
+#include "m2n_plan.hpp"
 
 #include <cstdint>
 #include <string>

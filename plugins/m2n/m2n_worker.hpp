@@ -11,7 +11,7 @@
 #include "../common/param_list.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
-#include "plan/m2n_plan.hpp"
+#include "m2n_plan.hpp"
 #include "transfers.hpp"
 
 #include <wt/sdk/host_log.hpp>
