@@ -123,6 +123,9 @@ INSTANTIATE_TEST_SUITE_P(
              {2, 0, "bfloat16", 1, kTpRules, "tiny", 2, "m2n", 2}},
         Case{"three_ranks_columns_two_servers_of_tp2",
              {3, 1, "float32", 2, kTpRules, "tiny", 3, "m2n", 2}},
+        // Eight trainer ranks (a process each) into four `wt serve --tensor-parallel-size 2`.
+        Case{"eight_ranks_rows_four_servers_of_tp2",
+             {8, 0, "bfloat16", 4, kTpRules, "tiny", 2, "m2n", 2}},
         // 1 GB of column shards, every piece packed: more
         // than the bytes in flight either side may hold.
         Case{"two_ranks_columns_1gb_past_the_inflight_bound",
@@ -402,6 +405,48 @@ echo "exit $rc after $(( (end - ${{start:-$end}}) / 1000000 )) ms"
     std::printf("%d trainer ranks: a refusal at %s ended the run %d ms after it\n", ranks, call,
                 r.ms);
   }
+}
+
+// Eight trainer ranks into four replicas of TP 2: trainer rank 3 SIGKILLed while rounds run.
+// Every other rank fails at once (its pairs close; the stall deadline, 60 s, is far off), and the
+// run names the rank that died.
+TEST(M2nFaults, OneOfEightTrainerRanksKilledFailsEveryOtherRankAtOnceNamingIt) {
+  RunSetup s;
+  s.trainer_ranks = 8;
+  s.rounds = 100000;
+  s.receivers = 4;
+  s.receiver_tp = 2;
+  s.extra_init_info = std::string(kTpRules) + "\n  transfer_timeout_s: 120\n  stall_timeout_s: 60";
+  std::string text = config_text(s);
+  text.replace(text.find("verify: true"), std::string("verify: true").size(), "verify: false");
+  const std::string config = write_config("m2n-kill-one-of-eight.yaml", text);
+  const std::string script =
+      write_config("m2n-kill-one-of-eight.sh", fmt::format(R"(
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
+pid=$!
+for i in $(seq 1200); do grep -q 'round 20/100000' {2}.log && break; sleep 0.05; done
+pkill -9 -f -- '{2} --trainer-rank 3'
+start=$(date +%s%N)
+wait $pid
+rc=$?
+end=$(date +%s%N)
+cat {2}.log
+echo "exit $rc after $(( (end - start) / 1000000 )) ms"
+)",
+                                                           WT_BUILD_DIR, WT_CLI_PATH, config));
+  const TimedRun r = run_timed(script);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("trainer rank 3 was killed by signal 9")) << r.output;
+  for (int k = 0; k < 8; ++k)
+    if (k != 3)
+      EXPECT_THAT(r.output, HasSubstr(fmt::format("wt launch: error: rank {}: ", k))) << r.output;
+  // 0.17 s here, teardown included; the bound leaves room for a loaded machine, and is far from
+  // the stall deadline (60 s) that a rank which heard nothing would wait out.
+  EXPECT_LT(r.ms, 3000) << r.output;
+  std::printf(
+      "8 trainer ranks: trainer rank 3 killed, every rank failed and the run ended %d ms "
+      "after the kill\n",
+      r.ms);
 }
 
 }  // namespace
