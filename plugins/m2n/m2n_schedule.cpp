@@ -4,6 +4,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace wt::m2n {
@@ -43,18 +44,29 @@ const PlanIndex::Entry* PlanIndex::find(const std::string& name) const {
 std::vector<Transfer> sends_of(const Plan& plan, const PlanIndex& index,
                                const std::vector<std::string>& names, int trainer_rank) {
   const int tp = plan.inference.tensor_parallel, replicas = plan.inference.replicas;
+  // Per group and tp rank, the pieces this rank holds (only a holder ever sends a piece): at 256
+  // FSDP ranks a rank holds about 1/256 of them, and looking at the others for every worker rank
+  // and every member took seconds.
+  std::vector<std::vector<std::vector<std::size_t>>> held(plan.groups.size());
+  for (std::size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const GroupPlan& g = plan.groups[gi];
+    held[gi].resize(static_cast<std::size_t>(tp));
+    for (std::size_t pi = 0; pi < g.pieces.size(); ++pi) {
+      const Piece& p = g.pieces[pi];
+      if (std::binary_search(p.holders.begin(), p.holders.end(), trainer_rank))
+        held[gi][static_cast<std::size_t>(p.tp_rank)].push_back(pi);
+    }
+  }
   std::vector<Transfer> out;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const auto* e = index.find(names[i]);
     const GroupPlan& g = plan.groups[e->group];
     for (int w = 0; w < plan.inference.worker_ranks(); ++w)
-      for (const Piece& p : g.pieces) {
-        if (p.tp_rank != w % tp || Plan::sender(p, e->member, replicas, w / tp) != trainer_rank)
-          continue;
+      for (std::size_t pi : held[e->group][static_cast<std::size_t>(w % tp)]) {
+        const Piece& p = g.pieces[pi];
+        if (Plan::sender(p, e->member, replicas, w / tp) != trainer_rank) continue;
         const uint64_t n = piece_bytes(p, g.dtype);
-        if (n > 0)
-          out.push_back({i, &p, w, n,
-                         index.in_place(e->group, static_cast<std::size_t>(&p - g.pieces.data()))});
+        if (n > 0) out.push_back({i, &p, w, n, index.in_place(e->group, pi)});
       }
   }
   return out;

@@ -16,6 +16,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 
@@ -227,17 +228,12 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
     if (!active_) fail(WT_ERR_STATE, "start must be called before receive");
   }
   check_update(list);
-  const auto& params = list.params;
-  std::vector<std::string> names;
-  names.reserve(params.size());
-  for (const auto& p : params) names.push_back(p.name);
-  const auto receives = receives_of(plan_, *index_, names, worker_rank_);
+  const Schedule& schedule = schedule_for(list);
+  const auto& receives = schedule.receives;
+  const auto& pieces = schedule.pieces;
+  const auto& bytes = schedule.bytes;
+  const auto& digests = schedule.digests;
   const auto trainers = static_cast<std::size_t>(trainers_);
-  std::vector<uint64_t> pieces(trainers, 0), bytes(trainers, 0);
-  for (const auto& t : receives) {
-    ++pieces[static_cast<std::size_t>(t.peer)];
-    bytes[static_cast<std::size_t>(t.peer)] += t.bytes;
-  }
   const uint32_t round = round_++;
   // The frames: every trainer rank in step and sending what the plan says, or nothing is taken.
   std::vector<Frame> frames(trainers);
@@ -257,7 +253,6 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
                         stream);
     plugins::wait_stream(device_, stream);
   }
-  const auto digests = pair_digests(receives, names, trainers);
   for (std::size_t k = 0; k < trainers; ++k) {
     const Frame want = make_frame(round, pieces[k], bytes[k], digests[k]);
     if (frames[k] != want) {
@@ -283,6 +278,30 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
     transfers_->discard();  // the trainer ranks' pieces of this round will never be taken
     throw;
   }
+}
+
+const M2nWorker::Schedule& M2nWorker::schedule_for(const plugins::ParamList& list) {
+  const auto& params = list.params;
+  const bool same = scheduled_ && schedule_.names.size() == params.size() &&
+                    std::equal(params.begin(), params.end(), schedule_.names.begin(),
+                               [](const auto& p, const std::string& n) { return p.name == n; });
+  if (same) return schedule_;
+  scheduled_ = false;
+  Schedule s;
+  s.names.reserve(params.size());
+  for (const auto& p : params) s.names.push_back(p.name);
+  s.receives = receives_of(plan_, *index_, s.names, worker_rank_);
+  const auto trainers = static_cast<std::size_t>(trainers_);
+  s.pieces.assign(trainers, 0);
+  s.bytes.assign(trainers, 0);
+  for (const auto& t : s.receives) {
+    ++s.pieces[static_cast<std::size_t>(t.peer)];
+    s.bytes[static_cast<std::size_t>(t.peer)] += t.bytes;
+  }
+  s.digests = pair_digests(s.receives, s.names, trainers);
+  schedule_ = std::move(s);
+  scheduled_ = true;
+  return schedule_;
 }
 
 void M2nWorker::receive_pieces(const plugins::ParamList& list,

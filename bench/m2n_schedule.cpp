@@ -1,0 +1,107 @@
+// m2n at the scale it plans for, before a byte moves: for a layout (by default the 1 T-parameter
+// MoE from 256 FSDP ranks into 16 replicas of TP 8, configs/layouts/kimi-k2-1t.json), what the
+// plan costs to compute, what trainer rank 0 and worker rank 0 each work out from it at init (their
+// pieces, how the pieces travel, the frames' digests), and what worker rank 0 does again each
+// round before its first byte: the same work when the round names other tensors, a comparison of
+// the names when it names the same ones (a full resync), as the worker now keeps its schedule.
+//
+//   build/bin/wt_bench_m2n_schedule [--layout configs/layouts/kimi-k2-1t.json] [--rounds 3]
+#include "m2n_schedule.hpp"
+#include "m2n_layout.hpp"
+#include "m2n_plan.hpp"
+
+#include <wt/services/yaml_json.hpp>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+double seconds(F&& f) {
+  const auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"m2n: the plan and each rank's schedule at scale"};
+  std::string layout_path = std::string(WT_SOURCE_DIR) + "/configs/layouts/kimi-k2-1t.json";
+  int rounds = 3;
+  app.add_option("--layout", layout_path, "a layout, as `wt plan --layout` reads it");
+  app.add_option("--rounds", rounds, "rounds of worker bookkeeping to time");
+  CLI11_PARSE(app, argc, argv);
+  using namespace wt::m2n;
+
+  Layout layout;
+  Plan plan;
+  const double t_plan = seconds([&] {
+    layout = layout_from_json(wt::yaml_to_json(wt::load_yaml_file(layout_path), layout_path),
+                              "layout " + layout_path);
+    plan = compute_plan(layout);
+  });
+  std::vector<std::string> names;
+  for (const auto& g : plan.groups) names.insert(names.end(), g.names.begin(), g.names.end());
+  const auto workers =
+      static_cast<std::size_t>(plan.inference.replicas * plan.inference.tensor_parallel);
+  const auto trainers = static_cast<std::size_t>(plan.trainer_ranks);
+  std::unique_ptr<PlanIndex> index;
+  const double t_index = seconds([&] { index = std::make_unique<PlanIndex>(plan); });
+
+  std::vector<Transfer> sends, receives;
+  std::vector<Message> send_messages, receive_messages;
+  const double t_trainer = seconds([&] {
+    sends = sends_of(plan, *index, names, 0);
+    pair_digests(sends, names, workers);
+    send_messages = messages_of(sends, workers);
+  });
+  const double t_worker = seconds([&] {
+    receives = receives_of(plan, *index, names, 0);
+    pair_digests(receives, names, trainers);
+    receive_messages = messages_of(receives, trainers);
+  });
+  // Each round, before the keeping: the worker's pieces and its frames' digests again.
+  std::vector<double> t_again, t_kept;
+  for (int r = 0; r < rounds; ++r) {
+    t_again.push_back(seconds([&] {
+      const auto again = receives_of(plan, *index, names, 0);
+      pair_digests(again, names, trainers);
+    }));
+    // With it: the round's names against those the schedule was made for.
+    const std::vector<std::string> round_names = names;
+    t_kept.push_back(seconds([&] {
+      volatile bool same = std::equal(round_names.begin(), round_names.end(), names.begin());
+      (void)same;
+    }));
+  }
+  std::sort(t_again.begin(), t_again.end());
+  std::sort(t_kept.begin(), t_kept.end());
+  const double again = t_again[t_again.size() / 2], kept = t_kept[t_kept.size() / 2];
+
+  fmt::print("layout {}: {} parameters in {} groups, {} trainer ranks -> {} x TP {}\n", layout_path,
+             names.size(), plan.groups.size(), plan.trainer_ranks, plan.inference.replicas,
+             plan.inference.tensor_parallel);
+  fmt::print("{:<44} {:>10.3f} s\n", "plan (read the layout, compute)", t_plan);
+  fmt::print("{:<44} {:>10.3f} s\n", "plan index", t_index);
+  fmt::print("{:<44} {:>10.3f} s   {} pieces, {} messages\n", "trainer rank 0: its schedule",
+             t_trainer, sends.size(), send_messages.size());
+  fmt::print("{:<44} {:>10.3f} s   {} pieces, {} messages\n", "worker rank 0: its schedule",
+             t_worker, receives.size(), receive_messages.size());
+  fmt::print("{:<44} {:>10.3f} s\n", "worker rank 0, per round, worked out again", again);
+  fmt::print("{:<44} {:>10.3f} ms\n", "worker rank 0, per round, kept (names compared)",
+             kept * 1e3);
+  fmt::print(
+      "m2n schedule: compile {:.2f} s (trainer rank 0), {:.2f} s (worker rank 0), goal <= 5 "
+      "s per rank; worker per-round bookkeeping {:.1f} ms (was {:.0f} ms), goal <= 50 ms\n",
+      t_index + t_trainer, t_index + t_worker, kept * 1e3, again * 1e3);
+  return 0;
+}
