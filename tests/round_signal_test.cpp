@@ -1,6 +1,7 @@
 // The round signal (plugins/common/round_signal): ranks watching a round hear the first rank that
 // ended it, within a second, named by the store and not by what it says; a rank does not hear
-// itself; the store going away while a round runs is a fate too; what a rank may say is bounded.
+// itself; a store that goes away ends a watch quietly; what a rank may say, and the rounds kept,
+// are bounded.
 #include "round_signal.hpp"
 #include "session_secret.hpp"
 #include "tcp_store.hpp"
@@ -60,8 +61,8 @@ struct Group {
     server.emplace("127.0.0.1", 0, kSecret, TcpStoreServer::Limits::for_world(ranks));
     port = server->port();
     for (int r = 0; r < ranks; ++r)
-      signals.push_back(std::make_unique<RoundSignal>(
-          "127.0.0.1", port, SessionKeys::of_secret(kSecret, r), 30'000ms));
+      signals.push_back(
+          std::make_unique<RoundSignal>("127.0.0.1", port, SessionKeys::of_secret(kSecret, r)));
   }
   std::optional<TcpStoreServer> server;
   int port = 0;
@@ -76,7 +77,7 @@ TEST(RoundSignal, EveryOtherRankHearsTheFirstRankToEndARoundWithinASecond) {
   auto w2 = g.signals[2]->watch(7, h2.sink());
   std::this_thread::sleep_for(200ms);  // the watches are asking
   const auto raised = Clock::now();
-  EXPECT_TRUE(g.signals[2]->raise(7, "the weight source failed: tensor 'w' is missing"));
+  EXPECT_EQ(g.signals[2]->raise(7, "the weight source failed: tensor 'w' is missing"), "");
   ASSERT_TRUE(h0.wait_for(1s));
   ASSERT_TRUE(h1.wait_for(1s));
   for (Heard* h : {&h0, &h1}) {
@@ -90,7 +91,8 @@ TEST(RoundSignal, EveryOtherRankHearsTheFirstRankToEndARoundWithinASecond) {
   // The rank that ended it hears nothing of its own; a second rank to end it is not the fate.
   EXPECT_FALSE(h2.wait_for(300ms));
   EXPECT_EQ(w2->fate(), "");
-  EXPECT_FALSE(g.signals[1]->raise(7, "the transfers were aborted"));
+  // A second rank to end it hears whose round it was.
+  EXPECT_EQ(g.signals[1]->raise(7, "the transfers were aborted"), h0.fate);
   // Another round is not this one's.
   Heard other;
   auto w = g.signals[0]->watch(8, other.sink());
@@ -102,28 +104,34 @@ TEST(RoundSignal, ARankCannotEndARoundInAnotherRanksName) {
   Group g(3);
   Heard h0;
   auto w0 = g.signals[0]->watch(1, h0.sink());
-  EXPECT_TRUE(g.signals[1]->raise(1, "trainer rank 2 ended round 1: out of memory"));
+  EXPECT_EQ(g.signals[1]->raise(1, "trainer rank 2 ended round 1: out of memory\n\xff"), "");
   ASSERT_TRUE(h0.wait_for(1s));
+  // Whatever it sends comes out printable.
   EXPECT_EQ(w0->fate(),
-            "trainer rank 1 ended round 1: trainer rank 2 ended round 1: out of memory");
+            "trainer rank 1 ended round 1: trainer rank 2 ended round 1: out of memory??");
   // A stranger (another session's secret) cannot end a round at all.
   const SessionSecret other = SessionSecret::mint();
-  RoundSignal stranger("127.0.0.1", g.port, SessionKeys::of_secret(other, 2), 1'000ms);
-  EXPECT_FALSE(stranger.raise(2, "a stranger"));
+  RoundSignal stranger("127.0.0.1", g.port, SessionKeys::of_secret(other, 2));
+  EXPECT_EQ(stranger.raise(2, "a stranger"), "");
   Heard h2;
   auto w2 = g.signals[0]->watch(2, h2.sink());
   EXPECT_FALSE(h2.wait_for(400ms));
 }
 
-TEST(RoundSignal, TheStoreGoingAwayWhileARoundRunsIsAFate) {
+// Rank 0 may end its engine, and its store, while another rank still finishes the last round: the
+// watch then ends quietly, and the round is left to its transfers' own deadline.
+TEST(RoundSignal, TheStoreGoingAwayEndsTheWatchQuietly) {
   Group g(2);
   Heard h1;
   auto w1 = g.signals[1]->watch(4, h1.sink());
   std::this_thread::sleep_for(200ms);
-  g.server.reset();  // rank 0 went, its store with it
-  ASSERT_TRUE(h1.wait_for(1s));
-  EXPECT_THAT(w1->fate(), HasSubstr("the round signal of round 4"));
-  EXPECT_THAT(w1->fate(), HasSubstr("went away while the round ran"));
+  g.server.reset();
+  EXPECT_FALSE(h1.wait_for(600ms));
+  EXPECT_EQ(w1->fate(), "");
+  const auto t0 = Clock::now();
+  w1.reset();
+  EXPECT_LT(Clock::now() - t0, 500ms);                // nothing left to wait for
+  EXPECT_EQ(g.signals[0]->raise(4, "too late"), "");  // and raising is best effort
 }
 
 TEST(RoundSignal, WhatARankSaysAndHowManyRoundsAreKeptAreBounded) {
@@ -135,11 +143,15 @@ TEST(RoundSignal, WhatARankSaysAndHowManyRoundsAreKeptAreBounded) {
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->rank, 1);
   EXPECT_EQ(f->why.size(), kMaxFateReason);
-  for (uint32_t r = 1; r <= kFatesKept; ++r) EXPECT_TRUE(a.raise_fate(r, "r"));
-  EXPECT_FALSE(a.fate(0).has_value());  // the oldest round's fate made room
-  EXPECT_TRUE(a.fate(1).has_value());
-  EXPECT_TRUE(a.fate(kFatesKept).has_value());
-  EXPECT_FALSE(a.fate(kFatesKept + 1).has_value());
+  // A rank raising rounds far ahead cannot keep the current round's fate from being kept: the
+  // first raised goes first, whatever its number.
+  for (uint32_t r = 1; r <= kFatesKept; ++r) EXPECT_TRUE(a.raise_fate(1'000'000 + r, "ahead"));
+  EXPECT_FALSE(a.fate(0).has_value());  // raised first, gone first
+  EXPECT_TRUE(a.raise_fate(5, "the round running now"));
+  ASSERT_TRUE(a.fate(5).has_value());
+  EXPECT_EQ(a.fate(5)->why, "the round running now");
+  EXPECT_FALSE(a.fate(1'000'001).has_value());
+  EXPECT_TRUE(a.fate(1'000'002).has_value());
 }
 
 }  // namespace

@@ -95,18 +95,21 @@ void DigestedDomain::broadcast_then(void* data, std::size_t bytes, DLDataType dt
   std::erase_if(hashing_, [](const std::future<void>& f) {
     return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   });
-  hashing_.push_back(
-      std::async(std::launch::async, [this, data, bytes, at, settled = std::move(settled)] {
-        // Settled whatever happens (the caller's pipeline waits for it); a digest that could not be
-        // computed stays zero, and the round is refused at verification.
-        try {
-          const Digest d = digest_of(data, bytes, seed_, kDigestThreads);
-          std::lock_guard<std::mutex> g(mu_);
-          digests_[at].digest = d;
-        } catch (...) {
-        }
-        settled();
-      }));
+  hashing_.reserve(hashing_.size() + 1);  // so that pushing the future cannot throw
+  hashing_.push_back(std::async(std::launch::async, [this, data, bytes, at,
+                                                     settled = std::move(settled)] {
+    // Settled whatever happens (the caller's pipeline waits for it); a digest that could not be
+    // computed stays zero, and the round is refused at verification, saying why.
+    try {
+      const Digest d = digest_of(data, bytes, seed_, kDigestThreads);
+      std::lock_guard<std::mutex> g(mu_);
+      digests_[at].digest = d;
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> g(mu_);
+      digests_[at].what += fmt::format(" (whose digest this rank could not compute: {})", e.what());
+    }
+    settled();
+  }));
 }
 
 std::unique_lock<std::mutex> DigestedDomain::settle_all() {

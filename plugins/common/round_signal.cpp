@@ -10,20 +10,18 @@ namespace wt::plugins {
 
 using Clock = std::chrono::steady_clock;
 
-RoundSignal::RoundSignal(std::string address, int port, SessionKeys keys,
-                         std::chrono::milliseconds round_bound)
-    : address_(std::move(address)),
-      port_(port),
-      keys_(std::move(keys)),
-      round_bound_(round_bound) {}
+RoundSignal::RoundSignal(std::string address, int port, SessionKeys keys)
+    : address_(std::move(address)), port_(port), keys_(std::move(keys)) {}
 
-bool RoundSignal::raise(uint32_t round, const std::string& why) noexcept {
+std::string RoundSignal::raise(uint32_t round, const std::string& why) noexcept {
   try {
     TcpStoreClient store(address_, port_, keys_, Clock::now() + std::chrono::seconds(2));
-    return store.raise_fate(round, why);
+    if (store.raise_fate(round, why)) return {};
+    if (auto f = store.fate(round, std::chrono::seconds(2)); f && f->rank != keys_.rank())
+      return describe(f->rank, round, f->why);
   } catch (...) {
-    return false;
   }
+  return {};
 }
 
 std::unique_ptr<RoundSignal::Watch> RoundSignal::watch(
@@ -36,42 +34,53 @@ std::unique_ptr<RoundSignal::Watch> RoundSignal::watch(
   return w;
 }
 
+namespace {
+
+// What a rank said, as text every log line and JSON body takes: printable ASCII, the rest '?'
+// (a reason cut at 1 KiB may end inside a character, and a rank may send any bytes).
+std::string printable(const std::string& s) {
+  std::string out = s;
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  return out;
+}
+
+}  // namespace
+
+std::string RoundSignal::describe(int rank, uint32_t round, const std::string& why) {
+  return fmt::format("trainer rank {} ended round {}: {}", rank, round, printable(why));
+}
+
 void RoundSignal::Watch::run(const RoundSignal& signal, uint32_t round,
                              const std::function<void(const std::string&)>& on_fate) {
   auto stopped = [&] {
     std::lock_guard<std::mutex> l(mu_);
     return stop_;
   };
-  auto heard = [&](std::string fate) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (stop_) return;
-      fate_ = fate;
-    }
-    on_fate(fate);
-  };
-  std::string gone;
+  // A store that is gone, or does not answer within a request's deadline, ends the watching
+  // quietly: the round goes on, bounded by its transfers' own deadline as without the signal
+  // (rank 0 may have ended its engine after the last round while this rank still finishes).
   try {
     TcpStoreClient store(signal.address_, signal.port_, signal.keys_,
-                         Clock::now() + signal.round_bound_ + std::chrono::seconds(10), stopped);
+                         Clock::now() + std::chrono::seconds(10), stopped);
     for (;;) {
       {
         std::unique_lock<std::mutex> l(mu_);
         if (cv_.wait_for(l, kPoll, [&] { return stop_; })) return;
       }
-      if (auto f = store.fate(round); f && f->rank != signal.keys_.rank()) {
-        heard(fmt::format("trainer rank {} ended round {}: {}", f->rank, round, f->why));
+      if (auto f = store.fate(round, kRequestDeadline); f && f->rank != signal.keys_.rank()) {
+        const std::string fate = describe(f->rank, round, f->why);
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          if (stop_) return;
+          fate_ = fate;
+        }
+        on_fate(fate);
         return;
       }
     }
-  } catch (const std::exception& e) {
-    gone = e.what();
+  } catch (const std::exception&) {
   }
-  if (!stopped())
-    heard(
-        fmt::format("the round signal of round {} (the store trainer rank 0 hosts at {}:{}) went "
-                    "away while the round ran: {}",
-                    round, signal.address_, signal.port_, gone));
 }
 
 RoundSignal::Watch::~Watch() {

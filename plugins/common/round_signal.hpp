@@ -13,7 +13,7 @@
 // a worker); the workers hear a failed round from rank 0 on the control plane
 // (end_weight_update, which aborts their communicators), as nccl's workers do.
 //
-//   RoundSignal signal(address, port, SessionKeys::of_secret(secret, rank), round_bound);
+//   RoundSignal signal(address, port, SessionKeys::of_secret(secret, rank));
 //   auto watch = signal.watch(round, [&](const std::string&) { transfers.abort(); });
 //   try { ...the round... } catch (...) { signal.raise(round, why); throw; }
 #pragma once
@@ -33,22 +33,22 @@ namespace wt::plugins {
 
 class RoundSignal {
  public:
-  // The store at address:port, reached as `keys.rank()`; `round_bound` bounds how long one watch
-  // may run (a round's overall deadline).
-  RoundSignal(std::string address, int port, SessionKeys keys,
-              std::chrono::milliseconds round_bound);
+  // The store at address:port, reached as `keys.rank()`.
+  RoundSignal(std::string address, int port, SessionKeys keys);
 
-  // How often a watch asks the store.
+  // How often a watch asks the store, and how long one question may take.
   static constexpr std::chrono::milliseconds kPoll{100};
+  static constexpr std::chrono::milliseconds kRequestDeadline{5'000};
 
   // This rank ends round `round`, because `why`: every watch of it hears within kPoll. Best
-  // effort, within 2 s (a store that is gone or full says nothing more); false when another rank
-  // ended the round first or the store could not be told.
-  bool raise(uint32_t round, const std::string& why) noexcept;
+  // effort, within 2 s (a store that is gone or full says nothing more). Returns empty, or, when
+  // another rank ended the round first, that rank's fate (as fate() says it).
+  std::string raise(uint32_t round, const std::string& why) noexcept;
 
-  // Watches round `round` on a thread of its own until destroyed: the first fate another rank
-  // raised for it calls `on_fate` once, from that thread, with what fate() then says. The store
-  // going away while a round runs (trainer rank 0 gone) is a fate too.
+  // Watches round `round` on a thread of its own until destroyed (a watch ends before its
+  // signal): the first fate another rank raised for it calls `on_fate` once, from that thread,
+  // with what fate() then says. A store that is gone or stops answering ends the watching
+  // quietly, and the round is bounded by its transfers' own deadline, as without the signal.
   class Watch {
    public:
     ~Watch();  // stops asking, and joins
@@ -70,11 +70,13 @@ class RoundSignal {
   };
   std::unique_ptr<Watch> watch(uint32_t round, std::function<void(const std::string&)> on_fate);
 
+  // "trainer rank R ended round N: why", the reason made printable ASCII.
+  static std::string describe(int rank, uint32_t round, const std::string& why);
+
  private:
   std::string address_;
   int port_;
   SessionKeys keys_;
-  std::chrono::milliseconds round_bound_;
 };
 
 }  // namespace wt::plugins

@@ -314,7 +314,11 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
       } else {
         const char* v = c.in.data() + 5 + klen + 4;
         fates_[round] = {c.rank, std::string(v, vlen)};
-        if (fates_.size() > kFatesKept) fates_.erase(fates_.begin());
+        fate_order_.push_back(round);
+        if (fate_order_.size() > kFatesKept) {  // the first raised goes, whatever its number
+          fates_.erase(fate_order_.front());
+          fate_order_.pop_front();
+        }
         answer.push_back(static_cast<char>(kDone));
       }
     } else if (op == kFate) {
@@ -585,7 +589,8 @@ bool TcpStoreClient::try_connect(std::string* why, bool* foreign) {
 }
 
 uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::vector<char>* value,
-                                std::vector<char>* out) {
+                                std::vector<char>* out, std::optional<Clock::time_point> by) {
+  const Clock::time_point until = by.value_or(until_);
   const std::string& wire_key = key;
   const std::string what = op == kPairKeys ? std::string("the pair keys")
                            : op == kRaise || op == kFate
@@ -601,13 +606,13 @@ uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::v
   }
   append_mac(
       msg, key_.mac("wt store request", mac_input(snonce_, cnonce_, seq_, std::string_view(msg))));
-  io(fd_, true, msg.data(), msg.size(), until_, where_, what);
+  io(fd_, true, msg.data(), msg.size(), until, where_, what);
   std::string answer(1, '\0');
-  io(fd_, false, answer.data(), 1, until_, where_, what);
+  io(fd_, false, answer.data(), 1, until, where_, what);
   const auto status = static_cast<uint8_t>(answer[0]);
   if ((op == kGet || op == kPairKeys || op == kFate) && status == kDone) {
     char len[4];
-    io(fd_, false, len, 4, until_, where_, what);
+    io(fd_, false, len, 4, until, where_, what);
     const uint32_t n = get_u32(len);
     const std::size_t most = op == kGet    ? std::size_t{1} << 20
                              : op == kFate ? 4 + kMaxFateReason
@@ -617,11 +622,11 @@ uint8_t TcpStoreClient::request(uint8_t op, const std::string& key, const std::v
            where_, what, n, most);
     answer.append(len, 4);
     out->resize(n);
-    io(fd_, false, out->data(), n, until_, where_, what);
+    io(fd_, false, out->data(), n, until, where_, what);
     answer.append(out->data(), n);
   }
   char mac[kMac];
-  io(fd_, false, mac, kMac, until_, where_, what);
+  io(fd_, false, mac, kMac, until, where_, what);
   if (!same_mac(key_.mac("wt store answer", mac_input(snonce_, cnonce_, seq_, answer)),
                 mac_at(mac)))
     fail(WT_ERR_REMOTE, "the rendezvous store at {} answered {} without this session's MAC", where_,
@@ -688,10 +693,12 @@ bool TcpStoreClient::raise_fate(uint32_t round, const std::string& why) {
   return request(kRaise, round_key(round), &value, nullptr) == kDone;
 }
 
-std::optional<TcpStoreClient::Fate> TcpStoreClient::fate(uint32_t round) {
+std::optional<TcpStoreClient::Fate> TcpStoreClient::fate(uint32_t round,
+                                                         std::chrono::milliseconds within) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<char> out;
-  if (request(kFate, round_key(round), nullptr, &out) != kDone) return std::nullopt;
+  if (request(kFate, round_key(round), nullptr, &out, Clock::now() + within) != kDone)
+    return std::nullopt;
   if (out.size() < 4)
     fail(WT_ERR_REMOTE, "the rendezvous store at {} answered the fate of round {} with {} bytes",
          where_, round, out.size());

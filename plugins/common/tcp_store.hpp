@@ -20,7 +20,7 @@
 // HMAC_K("wt pair key wrap", snonce cnonce peer), once per rank), 4 RAISE and 5 FATE (the round
 // signal, round_signal.hpp: the key is a round number, u32; RAISE's value why the connecting rank
 // ended that round, at most 1 KiB, the first RAISE of a round wins; FATE answers rank:u32 and that
-// reason, or missing; the latest 64 rounds' fates are kept). Status: 0 done / found, 1
+// reason, or missing; the fates of the 64 rounds raised last are kept). Status: 0 done / found, 1
 // missing, 2 refused: the key exists (a key is set once), 3 refused: the store is full, 4 refused:
 // the key is another rank's. A rank sets only its own keys: the addresses of its own pairs in the
 // mesh's shape, "pair_<rank>_<peer>" (pair_address_key; at most 192 bytes, a Gloo address), and
@@ -46,6 +46,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -113,6 +114,7 @@ class TcpStoreServer {
   std::size_t stored_bytes_ = 0;
   std::set<int> pair_keys_served_;  // the ranks given their pair keys (once each)
   std::map<uint32_t, std::pair<int, std::string>> fates_;  // round -> who ended it first, why
+  std::deque<uint32_t> fate_order_;                        // fates_'s rounds, as raised
   std::atomic<std::size_t> dropped_{0}, rejected_{0};
   mutable std::mutex failure_mu_;
   std::string failure_;
@@ -155,7 +157,8 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
     std::string why;
   };
   bool raise_fate(uint32_t round, const std::string& why);
-  std::optional<Fate> fate(uint32_t round);
+  std::optional<Fate> fate(uint32_t round,
+                           std::chrono::milliseconds within = std::chrono::seconds(5));
 
  private:
   // The handshake; `foreign`: what answered is not this session's store.
@@ -164,9 +167,10 @@ class TcpStoreClient final : public gloo::rendezvous::Store {
   // (WT_ERR_TIMEOUT naming the key) or give_up says so (WT_ERR_ABORTED).
   void poll(const std::string& key, std::chrono::steady_clock::time_point until,
             std::vector<char>* value);
-  // One request and its answer: the status.
+  // One request and its answer: the status. `by`: its own deadline, else the client's.
   uint8_t request(uint8_t op, const std::string& key, const std::vector<char>* value,
-                  std::vector<char>* out);
+                  std::vector<char>* out,
+                  std::optional<std::chrono::steady_clock::time_point> by = std::nullopt);
   std::string where_;
   int rank_;
   SessionSecret key_;

@@ -123,8 +123,7 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
             o.master_address, o.master_port,
             plugins::SessionKeys::of_secret(
                 plugins::SessionSecret::from_hex(j.value("signal_secret", ""), "signal_secret"),
-                rank_),
-            o.transfer_timeout);
+                rank_));
     }
   }
   InferenceLayout inference;
@@ -227,9 +226,10 @@ void M2nTrainer::send_weights(const sdk::SendArgs& args) {
   try {
     run_round(args, round, watch.get());
   } catch (...) {
-    const std::string fate = watch ? watch->fate() : std::string();
+    std::string fate = watch ? watch->fate() : std::string();
+    // Told to the others; a rank that ended the round first is the round's fate.
     if (signal_ && fate.empty() && !aborted_.aborted())
-      signal_->raise(round, sdk::message_of(std::current_exception()));
+      fate = signal_->raise(round, sdk::message_of(std::current_exception()));
     transfers_->discard();
     // Aborted here because another rank ended the round: that rank's reason is the round's.
     if (!fate.empty() && !aborted_.aborted()) throw sdk::Error(WT_ERR_REMOTE, fate);
