@@ -44,6 +44,27 @@ TimedRun run_timed(const std::string& script) {
   return t;
 }
 
+// `wt launch config` in the background; once its output shows `after`, trainer rank `rank` is
+// SIGKILLed. The time from the kill to the run's end is what the caller measures.
+TimedRun kill_trainer_rank_mid_run(const std::string& config, const std::string& after, int rank) {
+  const std::string script =
+      write_config(fs::path(config).filename().string() + ".kill.sh",
+                   fmt::format(R"(
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
+pid=$!
+for i in $(seq 1200); do grep -q '{3}' {2}.log && break; sleep 0.05; done
+pkill -9 -f -- '{2} --trainer-rank {4}'
+start=$(date +%s%N)
+wait $pid
+rc=$?
+end=$(date +%s%N)
+cat {2}.log
+echo "exit $rc after $(( (end - start) / 1000000 )) ms"
+)",
+                               WT_BUILD_DIR, WT_CLI_PATH, config, after, rank));
+  return run_timed(script);
+}
+
 struct RunSetup {
   int trainer_ranks = 2;
   int shard_dim = 0;
@@ -232,23 +253,8 @@ TEST(M2nFaults, ATrainerRankKilledMidRoundFailsTheRunWithinTheTransferDeadline) 
   // loaded machine's 1 GB round may take it); the stall deadline is what bounds the test.
   s.extra_init_info = "  transfer_timeout_s: 120\n  stall_timeout_s: 5";
   const std::string config = write_config("m2n-kill.yaml", config_text(s));
-  // The run in the background; once two rounds are done, trainer rank 1 is killed; the time from
-  // the kill to the run's end is what the test measures.
-  const std::string script =
-      write_config("m2n-kill.sh", fmt::format(R"(
-WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
-pid=$!
-for i in $(seq 1200); do grep -q 'round 2/40' {2}.log && break; sleep 0.05; done
-pkill -9 -f -- '{2} --trainer-rank 1'
-start=$(date +%s%N)
-wait $pid
-rc=$?
-end=$(date +%s%N)
-cat {2}.log
-echo "exit $rc after $(( (end - start) / 1000000 )) ms"
-)",
-                                              WT_BUILD_DIR, WT_CLI_PATH, config));
-  const TimedRun r = run_timed(script);
+  // Once two rounds are done, trainer rank 1 is killed.
+  const TimedRun r = kill_trainer_rank_mid_run(config, "round 2/40", 1);
   const int rc = r.exit_code, ms = r.ms;
   EXPECT_NE(rc, 0) << r.output;
   EXPECT_LT(ms, 5000 + 4000) << r.output;  // the transfer deadline, and the run's teardown
@@ -420,26 +426,14 @@ TEST(M2nFaults, OneOfEightTrainerRanksKilledFailsEveryOtherRankAtOnceNamingIt) {
   std::string text = config_text(s);
   text.replace(text.find("verify: true"), std::string("verify: true").size(), "verify: false");
   const std::string config = write_config("m2n-kill-one-of-eight.yaml", text);
-  const std::string script =
-      write_config("m2n-kill-one-of-eight.sh", fmt::format(R"(
-WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
-pid=$!
-for i in $(seq 1200); do grep -q 'round 20/100000' {2}.log && break; sleep 0.05; done
-pkill -9 -f -- '{2} --trainer-rank 3'
-start=$(date +%s%N)
-wait $pid
-rc=$?
-end=$(date +%s%N)
-cat {2}.log
-echo "exit $rc after $(( (end - start) / 1000000 )) ms"
-)",
-                                                           WT_BUILD_DIR, WT_CLI_PATH, config));
-  const TimedRun r = run_timed(script);
+  const TimedRun r = kill_trainer_rank_mid_run(config, "round 20/100000", 3);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("trainer rank 3 was killed by signal 9")) << r.output;
-  for (int k = 0; k < 8; ++k)
-    if (k != 3)
+  for (int k = 0; k < 8; ++k) {
+    if (k != 3) {
       EXPECT_THAT(r.output, HasSubstr(fmt::format("wt launch: error: rank {}: ", k))) << r.output;
+    }
+  }
   // 0.17 s here, teardown included; the bound leaves room for a loaded machine, and is far from
   // the stall deadline (60 s) that a rank which heard nothing would wait out.
   EXPECT_LT(r.ms, 3000) << r.output;

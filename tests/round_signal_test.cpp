@@ -69,6 +69,13 @@ struct Group {
   std::vector<std::unique_ptr<RoundSignal>> signals;
 };
 
+// A watch of `round` that hears nothing for 400 ms.
+void expect_no_fate(RoundSignal& signal, uint32_t round) {
+  Heard heard;
+  auto w = signal.watch(round, heard.sink());
+  EXPECT_FALSE(heard.wait_for(400ms)) << heard.fate;
+}
+
 TEST(RoundSignal, EveryOtherRankHearsTheFirstRankToEndARoundWithinASecond) {
   Group g(3);
   Heard h0, h1, h2;
@@ -88,15 +95,12 @@ TEST(RoundSignal, EveryOtherRankHearsTheFirstRankToEndARoundWithinASecond) {
     EXPECT_EQ(h->calls, 1);
   }
   EXPECT_EQ(w0->fate(), h0.fate);
-  // The rank that ended it hears nothing of its own; a second rank to end it is not the fate.
+  // The rank that ended it hears nothing of its own.
   EXPECT_FALSE(h2.wait_for(300ms));
   EXPECT_EQ(w2->fate(), "");
   // A second rank to end it hears whose round it was.
   EXPECT_EQ(g.signals[1]->raise(7, "the transfers were aborted"), h0.fate);
-  // Another round is not this one's.
-  Heard other;
-  auto w = g.signals[0]->watch(8, other.sink());
-  EXPECT_FALSE(other.wait_for(400ms));
+  expect_no_fate(*g.signals[0], 8);  // another round is not this one's
 }
 
 // A rank names itself only by its connection: whatever it says, the store says who it was.
@@ -113,9 +117,7 @@ TEST(RoundSignal, ARankCannotEndARoundInAnotherRanksName) {
   const SessionSecret other = SessionSecret::mint();
   RoundSignal stranger("127.0.0.1", g.port, SessionKeys::of_secret(other, 2));
   EXPECT_EQ(stranger.raise(2, "a stranger"), "");
-  Heard h2;
-  auto w2 = g.signals[0]->watch(2, h2.sink());
-  EXPECT_FALSE(h2.wait_for(400ms));
+  expect_no_fate(*g.signals[0], 2);
 }
 
 // Rank 0 may end its engine, and its store, while another rank still finishes the last round: the
