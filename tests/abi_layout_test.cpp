@@ -129,7 +129,9 @@ WT_PIN(wt_client, start_weight_update, 24);
 WT_PIN(wt_client, update_weights, 32);
 WT_PIN(wt_client, finish_weight_update, 40);
 WT_PIN(wt_client, end_weight_update, 48);
-static_assert(sizeof(wt_client) == 56);
+WT_PIN(wt_client, abandon_calls,
+       56);  // appended in wt 0.3: ABI 2 plugins read up to end_weight_update
+static_assert(sizeof(wt_client) == 64);
 
 WT_PIN(wt_weight_source, ctx, 8);
 WT_PIN(wt_weight_source, metadata, 16);

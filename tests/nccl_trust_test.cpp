@@ -436,6 +436,33 @@ TEST(NcclTrust, AGroupThatCannotFormIsReportedWithinTheTrainersRendezvousDeadlin
   EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(1, 40, 64, 0));
 }
 
+// A receiver stopped before the init (SIGSTOP: its port takes the connection, nothing answers):
+// the rendezvous fails at its deadline, and the trainer reports it then, not at the HTTP client's
+// deadline (60 s here), since the engine interrupts the init call it gives up on (the host's
+// abandon_calls).
+TEST(NcclTrust, AStoppedReceiverDoesNotHoldAFailedInitPastTheRendezvousDeadline) {
+  Served a = serve();
+  a.process->kill(SIGSTOP);
+  const nlohmann::json init = {{"master_address", "127.0.0.1"},
+                               {"master_port", test::free_port()},
+                               {"world_size", 2},
+                               {"rendezvous_timeout_s", 2},
+                               {"transfer_timeout_s", kTransferS}};
+  const auto t0 = Clock::now();
+  cli::Child t(std::vector<std::string>{WT_TEST_TRAINER_PATH, "--backend", "nccl", "--init-info",
+                                        init.dump(), "--rounds", "1", "--url", a.url,
+                                        "--http-timeout-s", "60"});
+  EXPECT_NE(t.wait(), 0) << t.output();
+  const double took = since(t0);
+  std::cout << "a stopped receiver: the trainer's init failed after " << took
+            << " s (rendezvous deadline 2 s, HTTP deadline 60 s)\n"
+            << t.output();
+  EXPECT_LT(took, 8.0) << t.output();
+  EXPECT_THAT(t.output(), HasSubstr("rendezvous of 2 ranks at 127.0.0.1:"));
+  a.process->kill(SIGKILL);
+  a.process->wait();
+}
+
 // A receiver stopped for good (SIGSTOP, its connections open): the round fails at the transfer
 // deadline, not at the HTTP call's (300 s by default).
 TEST(NcclTrust, AStoppedReceiverFailsTheRoundAtTheTransferDeadline) {

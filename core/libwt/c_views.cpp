@@ -50,6 +50,12 @@ const wt_client* Client::c_client() {
       static_cast<Client*>(ctx)->end_weight_update(reason != nullptr ? reason : "");
     });
   };
+  c_.abandon_calls = [](void* ctx) {
+    try {
+      static_cast<Client*>(ctx)->abandon_calls();
+    } catch (...) {  // the slot never fails: what it could not interrupt ends by its deadline
+    }
+  };
   return &c_;
 }
 

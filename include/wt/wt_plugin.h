@@ -231,6 +231,13 @@ typedef struct wt_client {
    * delivered, keeps the weights it had, and its session ends, so the next start is accepted.
    * `reason` (may be NULL) is logged there. Ending when no update is active is not an error. */
   wt_status (*end_weight_update)(void* ctx, const char* reason, char* err, size_t err_cap);
+  /* ---- ABI 2, appended in wt 0.3: absent when struct_size ends before it (an older host) ---- */
+  /* Makes every call in progress on this client return at once (WT_ERR_ABORTED), from any thread;
+   * calls made afterwards are not affected. For an engine that gives up while a call it started is
+   * still blocked on the inference side: a trainer_init whose rendezvous failed while its init
+   * call waits on a receiver that stopped answering need not wait out that call's own deadline
+   * before it returns its error. Never fails. */
+  void (*abandon_calls)(void* ctx);
 } wt_client;
 
 /* ------------------------------------------------------------------------------------------------

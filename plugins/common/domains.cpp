@@ -73,6 +73,9 @@ std::unique_ptr<Communicator> open_sender_domain(const SenderDomain& domain, sdk
     comm = make(o);
   } catch (const sdk::Error&) {
     if (rpc->done()) rpc->wait(aborted);  // the inference side's refusal says more
+    // A receiver that stopped answering holds the init call: it is interrupted, so that the
+    // engine's failure is reported at the rendezvous deadline, not at the client's.
+    client.abandon_calls();
     parked.push_back(std::move(rpc));
     throw;
   }

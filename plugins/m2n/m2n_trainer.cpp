@@ -191,6 +191,7 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   } catch (const sdk::Error&) {
     if (rpc) {
       if (rpc->done()) rpc->wait(aborted_);  // the inference side's refusal says more
+      client_.abandon_calls();  // a receiver that stopped answering holds the init call
       parked_.push_back(std::move(rpc));
     }
     throw;

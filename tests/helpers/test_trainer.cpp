@@ -49,6 +49,9 @@ class CountingClient : public wt::Client {
   void finish_weight_update(const std::optional<std::string>& v) override {
     pause_if("finish"), ++calls, inner_.finish_weight_update(v);
   }
+  // Interruptions reach the receivers' clients (an engine that gives up its init, or aborts).
+  void abort_calls() override { inner_.abort_calls(); }
+  void abandon_calls() override { inner_.abandon_calls(); }
   std::atomic<int> calls{0};
   int round = -1;  // counts starts: the round being sent
   std::string pause_before;

@@ -69,6 +69,12 @@ class ClientRef {
   // Ends the inference side's update after a failure on this side. Never throws: the round has
   // already failed, and its error is the one to report. A version-1 host's client has no such
   // slot: then an update the worker must refuse ends the session, as vLLM does on any failure.
+  // Makes the calls in progress on this client return at once (the host's abandon_calls slot),
+  // for an engine giving up while a call it started is blocked. A host without the slot (before
+  // wt 0.3) leaves them to their own deadline.
+  void abandon_calls() const noexcept {
+    if (has_slot(c_, &wt_client::abandon_calls)) c_->abandon_calls(c_->ctx);
+  }
   void end_weight_update(const std::string& reason) const noexcept {
     char err[kErrCap] = {0};
     if (has_slot(c_, &wt_client::end_weight_update)) {
