@@ -69,12 +69,14 @@ int main(int argc, char** argv) {
     pair_digests(receives, names, trainers);
     receive_messages = messages_of(receives, trainers);
   });
-  // Each round, before the keeping: the worker's pieces and its frames' digests again.
+  // Each round, before the keeping: the worker's pieces, its frames' digests and its messages
+  // again.
   std::vector<double> t_again, t_kept;
   for (int r = 0; r < rounds; ++r) {
     t_again.push_back(seconds([&] {
       const auto again = receives_of(plan, *index, names, 0);
       pair_digests(again, names, trainers);
+      messages_of(again, trainers);
     }));
     // With it: the round's names against those the schedule was made for.
     const std::vector<std::string> round_names = names;

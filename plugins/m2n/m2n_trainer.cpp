@@ -58,6 +58,21 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
          "the init info says rank {}, but this process is rank {} of its trainer group of {}: m2n "
          "plans with the group's ranks",
          info.rendezvous.rank, rank_, ranks_);
+  declare_model();
+  plugins::CommunicatorOptions o = mesh_options(info);
+  std::unique_ptr<plugins::TcpStoreServer> store;
+  const Gathered gathered = gather(context.group, o, store);
+  compile(gathered.per_rank, info);
+  connect(o, gathered.unique_id, std::move(store), info);
+  uint64_t bytes = 0;
+  for (auto b : pair_bytes_) bytes += b;
+  log_.debug(
+      "trainer rank {} of {} ready: {} piece(s) in {} message(s), {} bytes per round to {} worker "
+      "rank(s)",
+      rank_, ranks_, sends_.size(), messages_.size(), bytes, pair_bytes_.size());
+}
+
+void M2nTrainer::declare_model() {
   meta_ = source_.metadata();
   for (const auto& m : meta_) {
     names_.push_back(m.name);
@@ -65,6 +80,9 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
       fail(WT_ERR_INVALID_ARGUMENT, "parameter '{}' has a dtype of {} bits: m2n moves whole bytes",
            m.name, m.dtype.bits);
   }
+}
+
+plugins::CommunicatorOptions M2nTrainer::mesh_options(const M2nInitInfo& info) const {
   const int workers = static_cast<int>(info.worker_ranks());
   const int world = ranks_ + workers;
   if (world > plugins::kMaxWorld)
@@ -82,8 +100,11 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
   o.warn = [log = log_](const std::string& m) { log.warn("{}", m); };
   // Trainer ranks pair with every rank, workers only with trainer ranks (never with each other).
   o.pairs = plugins::MeshPairs::hubs(ranks_);
-  // Rank 0: the session's secret, and the store listening before anyone is told where to meet.
-  std::unique_ptr<plugins::TcpStoreServer> store;
+  return o;
+}
+
+M2nTrainer::Gathered M2nTrainer::gather(const sdk::GroupRef& group, plugins::CommunicatorOptions& o,
+                                        std::unique_ptr<plugins::TcpStoreServer>& store) {
   nlohmann::json mine = {{"holdings", holdings_json(meta_)}};
   // CUDA: the device is reached first (a machine without a driver or a GPU fails here, saying
   // so, before any worker is told to meet this rank); then rank 0 mints the NCCL unique id every
@@ -99,25 +120,26 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
       mine["signal_secret"] = secret.hex();
     }
   }
+  // Rank 0 on host memory: the session's secret, and the store listening before anyone is told
+  // where to meet.
   if (rank_ == 0 && cuda_device_ < 0) {
     const auto secret = plugins::SessionSecret::mint();
     store = std::make_unique<plugins::TcpStoreServer>(
         o.master_address, o.master_port, secret,
-        plugins::TcpStoreServer::Limits::for_mesh(world, o.pairs), o.warn);
+        plugins::TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs), o.warn);
     mine["secret"] = secret.hex();
   }
   // Every rank's holdings on every rank (the trainer group is the trainer's own processes).
-  std::vector<std::vector<ParamMeta>> per_rank;
-  std::string unique_id;
-  const auto gathered = context.group.all_gather(mine.dump());
+  Gathered out;
+  const auto gathered = group.all_gather(mine.dump());
   for (std::size_t k = 0; k < gathered.size(); ++k) {
     auto j = nlohmann::json::parse(gathered[k], nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("holdings"))
       fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} gathered no holdings", k);
-    per_rank.push_back(holdings_from_json(j.at("holdings"), static_cast<int>(k)));
+    out.per_rank.push_back(holdings_from_json(j.at("holdings"), static_cast<int>(k)));
     if (k == 0) {
       o.session_secret = j.value("secret", "");
-      unique_id = j.value("nccl_unique_id_b64", "");
+      out.unique_id = j.value("nccl_unique_id_b64", "");
       if (cuda_device_ >= 0 && ranks_ >= 2)
         signal_ = std::make_unique<plugins::RoundSignal>(
             o.master_address, o.master_port,
@@ -126,48 +148,67 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
                 rank_));
     }
   }
+  return out;
+}
+
+void M2nTrainer::compile(const std::vector<std::vector<ParamMeta>>& per_rank,
+                         const M2nInitInfo& info) {
+  const auto workers = static_cast<std::size_t>(info.worker_ranks());
   InferenceLayout inference;
   inference.tensor_parallel = static_cast<int>(info.tensor_parallel);
-  inference.replicas = workers / inference.tensor_parallel;
+  inference.replicas = static_cast<int>(workers) / inference.tensor_parallel;
   plan_ = compute_plan(layout_from_holdings(per_rank, inference, info.tp_rules));
   // What the workers will accept, checked here: a plan they would refuse fails trainer_init now,
   // naming the parameter, instead of after the rendezvous deadline.
   plan_from_json(plan_to_json(plan_), "the m2n plan this trainer made");
   index_ = std::make_unique<PlanIndex>(plan_);
   sends_ = sends_of(plan_, *index_, names_, rank_);
-  pair_pieces_.assign(static_cast<std::size_t>(workers), 0);
-  pair_bytes_.assign(static_cast<std::size_t>(workers), 0);
-  pair_digests_ = pair_digests(sends_, names_, static_cast<std::size_t>(workers));
+  pair_pieces_.assign(workers, 0);
+  pair_bytes_.assign(workers, 0);
+  pair_digests_ = pair_digests(sends_, names_, workers);
   for (const auto& t : sends_) {
     ++pair_pieces_[static_cast<std::size_t>(t.peer)];
     pair_bytes_[static_cast<std::size_t>(t.peer)] += t.bytes;
   }
-  messages_ = messages_of(sends_, static_cast<std::size_t>(workers));
+  messages_ = messages_of(sends_, workers);
+}
+
+nlohmann::json M2nTrainer::worker_init_info(const M2nInitInfo& info,
+                                            const plugins::CommunicatorOptions& o,
+                                            const std::string& unique_id) const {
+  nlohmann::json worker_info = {{"rank_offset", 1},
+                                {"world_size", info.rendezvous.world_size},
+                                {"trainer_ranks", ranks_},
+                                {"wire", kWire},
+                                {"plan", plan_to_json(plan_)},
+                                {"plan_digest", plan_digest(plan_)},
+                                {plugins::kTrainerRendezvousKey, info.rendezvous_timeout_s}};
+  if (cuda_device_ >= 0) {
+    worker_info["nccl_unique_id_b64"] = unique_id;
+  } else {
+    worker_info["master_address"] = o.master_address;
+    worker_info["master_port"] = o.master_port;
+    // Each worker its own key only (the fan-out client and wt serve split the field per rank):
+    // worker offset o is mesh rank ranks_ + o - 1.
+    worker_info[sdk::kRankKeysField] =
+        plugins::rank_keys_json(plugins::SessionSecret::from_hex(o.session_secret, "secret"),
+                                static_cast<int>(info.worker_ranks()), ranks_);
+  }
+  return worker_info;
+}
+
+void M2nTrainer::connect(plugins::CommunicatorOptions o, const std::string& unique_id,
+                         std::unique_ptr<plugins::TcpStoreServer> store, const M2nInitInfo& info) {
   // The workers join inside init_weight_transfer_engine, so rank 0 runs it beside its own join.
   std::unique_ptr<plugins::AsyncRpc> rpc;
   if (rank_ == 0) {
-    nlohmann::json worker_info = {{"rank_offset", 1},
-                                  {"world_size", info.rendezvous.world_size},
-                                  {"trainer_ranks", ranks_},
-                                  {"wire", kWire},
-                                  {"plan", plan_to_json(plan_)},
-                                  {"plan_digest", plan_digest(plan_)},
-                                  {plugins::kTrainerRendezvousKey, info.rendezvous_timeout_s}};
-    if (cuda_device_ >= 0) {
-      worker_info["nccl_unique_id_b64"] = unique_id;
-    } else {
-      worker_info["master_address"] = o.master_address;
-      worker_info["master_port"] = o.master_port;
-      // Each worker its own key only (the fan-out client and wt serve split the field per rank):
-      // worker offset o is mesh rank ranks_ + o - 1.
-      worker_info[sdk::kRankKeysField] = plugins::rank_keys_json(
-          plugins::SessionSecret::from_hex(o.session_secret, "secret"), workers, ranks_);
-    }
     // Workers that refused the init never come: stop waiting for them then. The rendezvous may
     // poll this from a thread that outlives this constructor: it owns what it polls.
     auto refused = std::make_shared<std::atomic<bool>>(false);
     rpc = std::make_unique<plugins::AsyncRpc>(
-        [c = client_, text = worker_info.dump()] { c.init_weight_transfer_engine(text); },
+        [c = client_, text = worker_init_info(info, o, unique_id).dump()] {
+          c.init_weight_transfer_engine(text);
+        },
         &aborted_, [refused] { *refused = true; });
     o.give_up = [refused] { return refused->load(); };
   }
@@ -175,8 +216,8 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     if (cuda_device_ >= 0) {
       if (unique_id.empty())
         fail(WT_ERR_INVALID_ARGUMENT, "trainer rank 0 gathered no NCCL unique id");
-      auto comm = std::make_unique<plugins::NcclCommunicator>(unique_id, rank_, world, cuda_device_,
-                                                              o.rendezvous_timeout,
+      auto comm = std::make_unique<plugins::NcclCommunicator>(unique_id, rank_, o.world_size,
+                                                              cuda_device_, o.rendezvous_timeout,
                                                               o.transfer_timeout, &aborted_);
       transfers_ = std::make_unique<NcclTransfers>(std::move(comm), o.transfer_timeout);
     } else {
@@ -197,12 +238,6 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
     throw;
   }
   if (rpc) rpc->wait(aborted_);
-  uint64_t bytes = 0;
-  for (auto b : pair_bytes_) bytes += b;
-  log_.debug(
-      "trainer rank {} of {} ready: {} piece(s) in {} message(s), {} bytes per round to {} worker "
-      "rank(s)",
-      rank_, ranks_, sends_.size(), messages_.size(), bytes, workers);
 }
 
 M2nTrainer::~M2nTrainer() = default;

@@ -9,14 +9,15 @@
 #pragma once
 
 #include "../common/async_rpc.hpp"
+#include "../common/communicator.hpp"
 #include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
 #include "../common/round_signal.hpp"
 #include "../common/tcp_store.hpp"
 #include "m2n_init_info.hpp"
+#include "m2n_plan.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
-#include "m2n_plan.hpp"
 #include "transfers.hpp"
 
 #include <wt/sdk/host_log.hpp>
@@ -38,6 +39,24 @@ class M2nTrainer final : public sdk::TrainerBase {
   const Plan& plan() const { return plan_; }
 
  private:
+  // trainer_init in steps: what this rank declares; the mesh's options; what every trainer rank
+  // shares (the trainer group's all-gather: holdings, and rank 0's secrets or NCCL unique id);
+  // this rank's schedule, compiled once from the plan; and the connection to the workers (rank 0
+  // runs their init call beside it).
+  void declare_model();
+  plugins::CommunicatorOptions mesh_options(const M2nInitInfo& info) const;
+  struct Gathered {
+    std::vector<std::vector<ParamMeta>> per_rank;  // every rank's holdings
+    std::string unique_id;                         // CUDA: rank 0's NCCL unique id
+  };
+  Gathered gather(const sdk::GroupRef& group, plugins::CommunicatorOptions& o,
+                  std::unique_ptr<plugins::TcpStoreServer>& store);
+  void compile(const std::vector<std::vector<ParamMeta>>& per_rank, const M2nInitInfo& info);
+  nlohmann::json worker_init_info(const M2nInitInfo& info, const plugins::CommunicatorOptions& o,
+                                  const std::string& unique_id) const;
+  void connect(plugins::CommunicatorOptions o, const std::string& unique_id,
+               std::unique_ptr<plugins::TcpStoreServer> store, const M2nInitInfo& info);
+
   void run_round(const sdk::SendArgs& args, uint32_t round,
                  const plugins::RoundSignal::Watch* watch);
   // Posts the round's frames and pieces, then waits for them; a failure leaves the mesh broken.

@@ -273,7 +273,7 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
     }
   }
   try {
-    receive_pieces(list, receives, round, loader);
+    receive_pieces(list, receives, schedule.messages, round, loader);
   } catch (...) {
     transfers_->discard();  // the trainer ranks' pieces of this round will never be taken
     throw;
@@ -299,13 +299,15 @@ const M2nWorker::Schedule& M2nWorker::schedule_for(const plugins::ParamList& lis
     s.bytes[static_cast<std::size_t>(t.peer)] += t.bytes;
   }
   s.digests = pair_digests(s.receives, s.names, trainers);
+  s.messages = messages_of(s.receives, trainers);
   schedule_ = std::move(s);
   scheduled_ = true;
   return schedule_;
 }
 
 void M2nWorker::receive_pieces(const plugins::ParamList& list,
-                               const std::vector<Transfer>& receives, uint32_t round,
+                               const std::vector<Transfer>& receives,
+                               const std::vector<Message>& messages, uint32_t round,
                                const sdk::LoaderRef& loader) {
   const auto& params = list.params;
   const auto trainers = static_cast<std::size_t>(trainers_);
@@ -381,7 +383,6 @@ void M2nWorker::receive_pieces(const plugins::ParamList& list,
       at += t.bytes;
     }
   };
-  const auto messages = messages_of(receives, trainers);
   std::vector<uint64_t> next(trainers, 1);
   uint64_t in_flight = 0;
   try {

@@ -42,7 +42,8 @@ class M2nWorker final : public sdk::WorkerBase {
   void receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader);
   // After the frames: every piece into place, then handed over to the loader.
   void receive_pieces(const plugins::ParamList& list, const std::vector<Transfer>& receives,
-                      uint32_t round, const sdk::LoaderRef& loader);
+                      const std::vector<Message>& messages, uint32_t round,
+                      const sdk::LoaderRef& loader);
   // Refuses an update that does not name exactly the planned parameters, as planned.
   void check_update(const plugins::ParamList& list) const;
   // The model the host says this worker holds, against what the plan will send this rank
@@ -65,6 +66,7 @@ class M2nWorker final : public sdk::WorkerBase {
     std::vector<std::string> names;
     std::vector<Transfer> receives;
     std::vector<uint64_t> pieces, bytes, digests;  // per trainer rank, as its frame says them
+    std::vector<Message> messages;                 // how the pieces travel (messages_of)
   };
   const Schedule& schedule_for(const plugins::ParamList& list);
   Schedule schedule_;
