@@ -413,11 +413,12 @@ TEST(NcclTrust, AReceiverKilledInsideABroadcastIsReportedWithinASecondNamingIt) 
 // own rendezvous deadline (2 s), not when the init call's HTTP timeout (60 s here) or the worker's
 // own deadline (60 s) runs out; the receiver answers the init with its failure and takes the next
 // init.
-TEST(NcclTrust, AGroupThatCannotFormIsReportedWithinTheTrainersRendezvousDeadline) {
-  Served a = serve();
+// A trainer of `world` ranks (a 2 s rendezvous deadline, a 60 s HTTP deadline) against receiver
+// `a`, whose group does not form: it fails, within a few seconds, naming the rendezvous.
+void expect_init_fails_at_the_rendezvous_deadline(const Served& a, int world, const char* what) {
   const nlohmann::json init = {{"master_address", "127.0.0.1"},
                                {"master_port", test::free_port()},
-                               {"world_size", 3},
+                               {"world_size", world},
                                {"rendezvous_timeout_s", 2},
                                {"transfer_timeout_s", kTransferS}};
   const auto t0 = Clock::now();
@@ -426,11 +427,16 @@ TEST(NcclTrust, AGroupThatCannotFormIsReportedWithinTheTrainersRendezvousDeadlin
                                         "--http-timeout-s", "60"});
   EXPECT_NE(t.wait(), 0) << t.output();
   const double took = since(t0);
-  std::cout << "a group that cannot form: the trainer failed after " << took
-            << " s (rendezvous deadline 2 s)\n"
+  std::cout << what << ": the trainer's init failed after " << took
+            << " s (rendezvous deadline 2 s, HTTP deadline 60 s)\n"
             << t.output();
   EXPECT_LT(took, 8.0) << t.output();
-  EXPECT_THAT(t.output(), HasSubstr("rendezvous of 3 ranks at 127.0.0.1:"));
+  EXPECT_THAT(t.output(), HasSubstr(fmt::format("rendezvous of {} ranks at 127.0.0.1:", world)));
+}
+
+TEST(NcclTrust, AGroupThatCannotFormIsReportedWithinTheTrainersRendezvousDeadline) {
+  Served a = serve();
+  expect_init_fails_at_the_rendezvous_deadline(a, 3, "a group that cannot form");
   cli::Child again(trainer({&a}, test::free_port(), 1));
   ASSERT_EQ(again.wait(), 0) << again.output() << a.process->output();
   EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(1, 40, 64, 0));
@@ -443,22 +449,7 @@ TEST(NcclTrust, AGroupThatCannotFormIsReportedWithinTheTrainersRendezvousDeadlin
 TEST(NcclTrust, AStoppedReceiverDoesNotHoldAFailedInitPastTheRendezvousDeadline) {
   Served a = serve();
   a.process->kill(SIGSTOP);
-  const nlohmann::json init = {{"master_address", "127.0.0.1"},
-                               {"master_port", test::free_port()},
-                               {"world_size", 2},
-                               {"rendezvous_timeout_s", 2},
-                               {"transfer_timeout_s", kTransferS}};
-  const auto t0 = Clock::now();
-  cli::Child t(std::vector<std::string>{WT_TEST_TRAINER_PATH, "--backend", "nccl", "--init-info",
-                                        init.dump(), "--rounds", "1", "--url", a.url,
-                                        "--http-timeout-s", "60"});
-  EXPECT_NE(t.wait(), 0) << t.output();
-  const double took = since(t0);
-  std::cout << "a stopped receiver: the trainer's init failed after " << took
-            << " s (rendezvous deadline 2 s, HTTP deadline 60 s)\n"
-            << t.output();
-  EXPECT_LT(took, 8.0) << t.output();
-  EXPECT_THAT(t.output(), HasSubstr("rendezvous of 2 ranks at 127.0.0.1:"));
+  expect_init_fails_at_the_rendezvous_deadline(a, 2, "a stopped receiver");
   a.process->kill(SIGKILL);
   a.process->wait();
 }
