@@ -162,6 +162,48 @@ std::string with_receiver_at(std::string text, int port, int timeout_s) {
   return text;
 }
 
+// A receiver that stops answering at the init (a proxy holds the call, unanswered): every trainer
+// rank fails at the rendezvous deadline (2 s), not at the HTTP client's (60 s), since rank 0
+// interrupts the init call it gives up on (the host's abandon_calls).
+TEST(M2nRefuses, AReceiverHoldingTheInitDoesNotHoldAFailedInitPastTheRendezvousDeadline) {
+  RunSetup s;
+  s.receivers = 1;
+  s.extra_init_info = "  rendezvous_timeout_s: 2";
+  const int serve_port = test::free_port(), proxy_port = test::free_port();
+  const std::string config =
+      write_config("m2n-held-init.yaml", with_receiver_at(config_text(s), proxy_port, 60));
+  const std::string script =
+      write_config("m2n-held-init.sh", fmt::format(R"(
+{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n"}}' > {2}.serve.log 2>&1 &
+serve=$!
+/usr/bin/python3 {5}/tests/helpers/refusing_proxy.py {4} {3} 1 init_weight_transfer_engine > {2}.proxy.log 2>&1 &
+proxy=$!
+trap 'kill -9 $serve $proxy' EXIT
+for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
+grep -q 'listening on' {2}.serve.log || {{ cat {2}.serve.log; echo "the receiver did not start"; exit 3; }}
+for i in $(seq 100); do grep -q 'listening on' {2}.proxy.log && break; sleep 0.1; done
+grep -q 'listening on' {2}.proxy.log || {{ cat {2}.proxy.log; echo "the proxy did not start"; exit 3; }}
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1
+rc=$?
+end=$(date +%s%N)
+cat {2}.log {2}.proxy.log
+start=$(sed -n 's/^refused-at //p' {2}.proxy.log)
+echo "exit $rc after $(( (end - ${{start:-$end}}) / 1000000 )) ms"
+)",
+                                                   WT_BUILD_DIR, WT_CLI_PATH, config, serve_port,
+                                                   proxy_port, WT_SOURCE_DIR));
+  const TimedRun r = run_timed(script);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("refused-at ")) << r.output;
+  for (int k = 0; k < 2; ++k)  // two trainer ranks and one worker rank: a mesh of 3
+    EXPECT_THAT(r.output, HasSubstr(fmt::format("rank {}: m2n trainer_init failed: rendezvous of 3 "
+                                                "ranks at 127.0.0.1:",
+                                                k)))
+        << r.output;
+  EXPECT_LT(r.ms, 10000) << r.output;  // from the held call: 2 s, and the launch's teardown
+  std::printf("a receiver holding the init: the m2n launch failed %d ms after the call\n", r.ms);
+}
+
 TEST(M2nRefuses, WorkerRanksThatDoNotFormReplicasOfTheTensorParallelSize) {
   RunSetup s;
   s.receivers = 3;

@@ -4,9 +4,11 @@ It forwards every request unchanged, except the Nth POST to the call named by CA
   update_weights        the body goes on with the last tensor dropped from every parameter list
                         (names, dtype_names, shapes), which an m2n worker refuses before it posts
                         a receive;
-  start_weight_update   answered 503 here, as a receiver that cannot start would, unforwarded.
+  start_weight_update   answered 503 here, as a receiver that cannot start would, unforwarded;
+  init_weight_transfer_engine
+                        held, never answered nor forwarded, as by a receiver that stopped.
 It prints "listening on PORT" once it accepts connections, and "refused-at NS" (CLOCK_REALTIME,
-ns) when it refuses; both flushed to stdout.
+ns) when it refuses or holds; both flushed to stdout.
 
     refusing_proxy.py LISTEN_PORT UPSTREAM_PORT N [CALL]
 """
@@ -46,6 +48,10 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         if self.command == "POST" and self.path.rstrip("/").endswith(call):
             calls += 1
+            if calls == nth and call == "init_weight_transfer_engine":
+                print(f"refused-at {time.time_ns()}", flush=True)
+                while True:  # until the process ends
+                    time.sleep(3600)
             if calls == nth and call == "start_weight_update":
                 print(f"refused-at {time.time_ns()}", flush=True)
                 answer = b'{"detail": "this receiver cannot start an update now"}'
