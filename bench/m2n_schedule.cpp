@@ -4,9 +4,12 @@
 // pieces, how the pieces travel, the frames' digests), and what worker rank 0 does again each
 // round before its first byte: the same work when the round names other tensors, a comparison of
 // the names when it names the same ones (a full resync), as the worker now keeps its schedule.
+// Also what the init's gather moves: the holdings every trainer rank declares, and what each rank
+// receives of all of them.
 //
 //   build/bin/wt_bench_m2n_schedule [--layout configs/layouts/kimi-k2-1t.json] [--rounds 3]
 #include "m2n_schedule.hpp"
+#include "m2n_holdings.hpp"
 #include "m2n_layout.hpp"
 #include "m2n_plan.hpp"
 
@@ -57,6 +60,34 @@ int main(int argc, char** argv) {
   std::unique_ptr<PlanIndex> index;
   const double t_index = seconds([&] { index = std::make_unique<PlanIndex>(plan); });
 
+  // What each trainer rank declares at init (its holdings, as the gather carries them), and the
+  // sum every rank receives.
+  uint64_t gathered = 0, declared_by_0 = 0;
+  const double t_declare = seconds([&] {
+    for (int rank = 0; rank < plan.trainer_ranks; ++rank) {
+      std::vector<wt::ParamMeta> meta;
+      for (const auto& g : layout.groups) {
+        const Held* held = nullptr;
+        for (const Held& h : *g.holdings)
+          if (h.rank == rank) held = &h;
+        for (const auto& name : g.names) {
+          wt::ParamMeta m{name, g.dtype, g.shape};
+          if (held != nullptr && held->dim >= 0) {
+            m.shard_dim = held->dim;
+            m.shard_offset = held->lo;
+            m.shard_length = held->hi - held->lo;
+          } else if (held == nullptr) {  // holds nothing of it: an empty slice
+            m.shard_dim = 0;
+          }
+          meta.push_back(std::move(m));
+        }
+      }
+      const uint64_t bytes = holdings_declaration(meta, rank, plan.trainer_ranks).dump().size();
+      if (rank == 0) declared_by_0 = bytes;
+      gathered += bytes;
+    }
+  });
+
   std::vector<Transfer> sends, receives;
   std::vector<Message> send_messages, receive_messages;
   const double t_trainer = seconds([&] {
@@ -101,6 +132,9 @@ int main(int argc, char** argv) {
   fmt::print("{:<44} {:>10.3f} s\n", "worker rank 0, per round, worked out again", again);
   fmt::print("{:<44} {:>10.3f} ms\n", "worker rank 0, per round, kept (names compared)",
              kept * 1e3);
+  fmt::print("{:<44} {:>10.2f} MB   (trainer rank 0 declares {} bytes; {:.1f} s to write all)\n",
+             "init gather, received by every rank", gathered / 1e6, declared_by_0, t_declare);
+  fmt::print("m2n init gather: {:.2f} MB received per rank, goal <= 4 MB\n", gathered / 1e6);
   fmt::print(
       "m2n schedule: compile {:.2f} s (trainer rank 0), {:.2f} s (worker rank 0), goal <= 5 "
       "s per rank; worker per-round bookkeeping {:.1f} ms (was {:.0f} ms), goal <= 50 ms\n",

@@ -6,6 +6,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <xxhash.h>
+
+#include <algorithm>
+#include <utility>
+
 #include <map>
 #include <memory>
 #include <string_view>
@@ -15,32 +20,134 @@ namespace wt::m2n {
 
 using sdk::fail;
 
-nlohmann::json holdings_json(const std::vector<ParamMeta>& meta) {
-  auto out = nlohmann::json::array();
-  for (const auto& m : meta)
-    out.push_back({m.name, std::string(torch_name(m.dtype)), m.shape, m.shard_dim, m.shard_offset,
-                   m.shard_offset + m.shard_length});
-  return out;
+namespace {
+
+// What rank `rank` of `ranks` holds of a dimension of `size` under the even split.
+std::pair<int64_t, int64_t> even_slice(int64_t size, int rank, int ranks) {
+  const int64_t chunk = (size + ranks - 1) / ranks;
+  const int64_t lo = std::min(size, chunk * rank);
+  return {lo, std::min(size, lo + chunk)};
 }
 
-std::vector<ParamMeta> holdings_from_json(const nlohmann::json& j, int rank) {
+// -1 whole, d the even split of dimension d, -2 another slice.
+int code_of(const ParamMeta& m, int rank, int ranks) {
+  if (!m.sharded()) return -1;
+  const auto d = static_cast<std::size_t>(m.shard_dim);
+  if (d < m.shape.size() &&
+      even_slice(m.shape[d], rank, ranks) ==
+          std::pair<int64_t, int64_t>{m.shard_offset, m.shard_offset + m.shard_length})
+    return m.shard_dim;
+  return -2;
+}
+
+std::string hex128(XXH128_hash_t h) {
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+
+// XXH3-128 of parameters [first, last) of `meta`: names, dtypes and full shapes.
+std::string model_digest(const std::vector<ParamMeta>& meta, std::size_t first, std::size_t last) {
+  XXH3_state_t* st = XXH3_createState();
+  if (st == nullptr) fail(WT_ERR_SYSTEM, "out of memory digesting the model");
+  XXH3_128bits_reset(st);
+  for (std::size_t i = first; i < last; ++i) {
+    const ParamMeta& m = meta[i];
+    XXH3_128bits_update(st, m.name.data(), m.name.size() + 1);  // with its NUL: names stay apart
+    const uint32_t dtype[3] = {m.dtype.code, m.dtype.bits, m.dtype.lanes};
+    XXH3_128bits_update(st, dtype, sizeof dtype);
+    const uint64_t ndim = m.shape.size();
+    XXH3_128bits_update(st, &ndim, sizeof ndim);
+    XXH3_128bits_update(st, m.shape.data(), m.shape.size() * sizeof(int64_t));
+  }
+  const auto h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  return hex128(h);
+}
+
+}  // namespace
+
+nlohmann::json holdings_declaration(const std::vector<ParamMeta>& meta, int rank, int ranks) {
+  auto blocks = nlohmann::json::array(), runs = nlohmann::json::array(),
+       slices = nlohmann::json::array();
+  for (std::size_t at = 0; at < meta.size(); at += kDeclarationBlock)
+    blocks.push_back(model_digest(meta, at, std::min(meta.size(), at + kDeclarationBlock)));
+  for (std::size_t i = 0; i < meta.size();) {
+    const int code = code_of(meta[i], rank, ranks);
+    std::size_t n = 1;
+    while (i + n < meta.size() && code_of(meta[i + n], rank, ranks) == code) ++n;
+    runs.push_back({n, code});
+    if (code == -2)
+      for (std::size_t k = i; k < i + n; ++k)
+        slices.push_back(
+            {meta[k].shard_dim, meta[k].shard_offset, meta[k].shard_offset + meta[k].shard_length});
+    i += n;
+  }
+  return {{"model", model_digest(meta, 0, meta.size())},
+          {"count", meta.size()},
+          {"blocks", std::move(blocks)},
+          {"runs", std::move(runs)},
+          {"slices", std::move(slices)}};
+}
+
+std::vector<ParamMeta> holdings_from_declaration(const nlohmann::json& j, int rank, int ranks,
+                                                 const std::vector<ParamMeta>& own) {
+  const std::string what = fmt::format("the holdings trainer rank {} declared", rank);
   std::vector<ParamMeta> out;
   try {
-    for (const auto& e : j.get_ref<const nlohmann::json::array_t&>()) {
-      ParamMeta m;
-      m.name = e.at(0).get<std::string>();
-      auto dt = dtype_from_torch_name(e.at(1).get<std::string>());
-      if (!dt) fail(WT_ERR_INVALID_ARGUMENT, "unknown dtype for '{}'", m.name);
-      m.dtype = *dt;
-      m.shape = e.at(2).get<std::vector<int64_t>>();
-      m.shard_dim = e.at(3).get<int>();
-      m.shard_offset = e.at(4).get<int64_t>();
-      m.shard_length = e.at(5).get<int64_t>() - m.shard_offset;
-      out.push_back(std::move(m));
+    const auto count = j.at("count").get<std::size_t>();
+    if (count != own.size())
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "trainer rank {} declares {} parameters, this rank {}: every rank must declare the same "
+           "model (holding all, part or none of each parameter)",
+           rank, count, own.size());
+    if (j.at("model").get<std::string>() != model_digest(own, 0, own.size())) {
+      const auto& blocks = j.at("blocks");
+      for (std::size_t b = 0, at = 0; at < own.size(); ++b, at += kDeclarationBlock) {
+        const std::size_t last = std::min(own.size(), at + kDeclarationBlock);
+        if (b < blocks.size() && blocks[b].get<std::string>() == model_digest(own, at, last))
+          continue;
+        fail(WT_ERR_INVALID_ARGUMENT,
+             "trainer rank {} declares another model than this rank: the names, dtypes or shapes "
+             "of parameters {} to {} ('{}' to '{}') differ; every rank must declare the same "
+             "model in the same order",
+             rank, at, last - 1, own[at].name, own[last - 1].name);
+      }
+      fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} declares another model than this rank", rank);
     }
+    const auto& slices = j.at("slices");
+    std::size_t next_slice = 0;
+    out.reserve(own.size());
+    for (const auto& run : j.at("runs")) {
+      const auto n = run.at(0).get<std::size_t>();
+      const int code = run.at(1).get<int>();
+      if (n == 0 || n > own.size() - out.size())
+        fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: its runs do not add up to {} parameters", what,
+             own.size());
+      for (std::size_t k = 0; k < n; ++k) {
+        ParamMeta m{own[out.size()].name, own[out.size()].dtype, own[out.size()].shape};
+        if (code >= 0) {
+          if (static_cast<std::size_t>(code) >= m.shape.size())
+            fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: '{}' has no dimension {}", what, m.name,
+                 code);
+          const auto [lo, hi] = even_slice(m.shape[static_cast<std::size_t>(code)], rank, ranks);
+          m.shard_dim = code;
+          m.shard_offset = lo;
+          m.shard_length = hi - lo;
+        } else if (code == -2) {
+          const auto& e = slices.at(next_slice++);
+          m.shard_dim = e.at(0).get<int>();
+          m.shard_offset = e.at(1).get<int64_t>();
+          m.shard_length = e.at(2).get<int64_t>() - m.shard_offset;
+        } else if (code != -1) {
+          fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: a run of code {}", what, code);
+        }
+        out.push_back(std::move(m));
+      }
+    }
+    if (out.size() != own.size() || next_slice != slices.size())
+      fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: its runs do not add up to {} parameters", what,
+           own.size());
   } catch (const nlohmann::json::exception& e) {
-    fail(WT_ERR_INVALID_ARGUMENT, "the holdings trainer rank {} gathered are malformed: {}", rank,
-         e.what());
+    fail(WT_ERR_INVALID_ARGUMENT, "{} are malformed: {}", what, e.what());
   }
   return out;
 }

@@ -16,10 +16,22 @@
 
 namespace wt::m2n {
 
-// What this rank holds, for the gather: [[name, dtype, shape, dim, lo, hi], ...].
-nlohmann::json holdings_json(const std::vector<ParamMeta>& meta);
-// Reads one rank's holdings back; errors name `rank`.
-std::vector<ParamMeta> holdings_from_json(const nlohmann::json& j, int rank);
+// What trainer rank `rank` of `ranks` declares at init, for the gather, in a few hundred bytes
+// however large the model (every rank receives every rank's):
+//   {"model": <32 hex>, "count": N, "blocks": [<32 hex>, ...],
+//    "runs": [[n, code], ...], "slices": [[dim, lo, hi], ...]}
+// "model" digests the parameters' names, dtypes and full shapes in order (XXH3-128), "blocks" the
+// same per kDeclarationBlock parameters (so that a disagreement is named); "runs" say, in order,
+// what the rank holds of n parameters at a time: code -1 the whole tensor, d >= 0 the even split
+// of dimension d among the ranks as FSDP makes it (chunks of ceil(size / ranks); the last ranks may
+// hold less, or nothing), -2 the next n entries of "slices".
+inline constexpr std::size_t kDeclarationBlock = 4096;
+nlohmann::json holdings_declaration(const std::vector<ParamMeta>& meta, int rank, int ranks);
+// Rank `rank`'s holdings from its declaration `j`, given this rank's own metadata `own` (the
+// model every rank must declare alike). Errors (WT_ERR_INVALID_ARGUMENT) name `rank`, and where
+// its model differs from this rank's, the parameters of the first block that differs.
+std::vector<ParamMeta> holdings_from_declaration(const nlohmann::json& j, int rank, int ranks,
+                                                 const std::vector<ParamMeta>& own);
 
 // Throws sdk::Error (WT_ERR_INVALID_ARGUMENT) naming the first rank and parameter that disagree
 // with rank 0, a TP rule whose dimension a parameter does not have.

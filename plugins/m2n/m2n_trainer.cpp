@@ -105,7 +105,7 @@ plugins::CommunicatorOptions M2nTrainer::mesh_options(const M2nInitInfo& info) c
 
 M2nTrainer::Gathered M2nTrainer::gather(const sdk::GroupRef& group, plugins::CommunicatorOptions& o,
                                         std::unique_ptr<plugins::TcpStoreServer>& store) {
-  nlohmann::json mine = {{"holdings", holdings_json(meta_)}};
+  nlohmann::json mine = {{"holdings", holdings_declaration(meta_, rank_, ranks_)}};
   // CUDA: the device is reached first (a machine without a driver or a GPU fails here, saying
   // so, before any worker is told to meet this rank); then rank 0 mints the NCCL unique id every
   // rank and worker creates the communicator from (NCCL's own bootstrap; no store, no mesh).
@@ -129,14 +129,16 @@ M2nTrainer::Gathered M2nTrainer::gather(const sdk::GroupRef& group, plugins::Com
         plugins::TcpStoreServer::Limits::for_mesh(o.world_size, o.pairs), o.warn);
     mine["secret"] = secret.hex();
   }
-  // Every rank's holdings on every rank (the trainer group is the trainer's own processes).
+  // Every rank's holdings on every rank (the trainer group is the trainer's own processes), each
+  // declared in a few hundred bytes: what it holds of the model every rank declares alike.
   Gathered out;
   const auto gathered = group.all_gather(mine.dump());
   for (std::size_t k = 0; k < gathered.size(); ++k) {
     auto j = nlohmann::json::parse(gathered[k], nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("holdings"))
       fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} gathered no holdings", k);
-    out.per_rank.push_back(holdings_from_json(j.at("holdings"), static_cast<int>(k)));
+    out.per_rank.push_back(
+        holdings_from_declaration(j.at("holdings"), static_cast<int>(k), ranks_, meta_));
     if (k == 0) {
       o.session_secret = j.value("secret", "");
       out.unique_id = j.value("nccl_unique_id_b64", "");

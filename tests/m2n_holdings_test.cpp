@@ -1,0 +1,129 @@
+// What an m2n trainer rank declares at init (m2n_holdings): its holdings of the model every rank
+// declares alike, in a few hundred bytes however large the model; read back exactly, for even
+// FSDP splits (ranks holding less, or nothing), whole tensors and other slices; a rank whose model
+// differs is named with the parameters that differ; malformed declarations are refused.
+#include "m2n_holdings.hpp"
+
+#include <wt/sdk/errors.hpp>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+using ::testing::HasSubstr;
+
+namespace wt::m2n {
+namespace {
+
+constexpr DLDataType kBf16{kDLBfloat, 16, 1};
+
+// `count` parameters p0, p1, ... of shape [rows, 64], as rank `rank` of `ranks` holds them:
+// every third whole, the others split evenly along dim 0, except parameter 7, an uneven slice.
+std::vector<ParamMeta> model(std::size_t count, int64_t rows, int rank, int ranks) {
+  std::vector<ParamMeta> out;
+  for (std::size_t i = 0; i < count; ++i) {
+    ParamMeta m{fmt::format("p{}", i), kBf16, {rows, 64}};
+    if (i == 7) {
+      m.shard_dim = 1;
+      m.shard_offset = rank;
+      m.shard_length = 1;
+    } else if (i % 3 != 0) {
+      const int64_t chunk = (rows + ranks - 1) / ranks, lo = std::min(rows, chunk * rank);
+      m.shard_dim = 0;
+      m.shard_offset = lo;
+      m.shard_length = std::min(rows, lo + chunk) - lo;
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+void expect_same(const std::vector<ParamMeta>& got, const std::vector<ParamMeta>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].name, want[i].name);
+    EXPECT_TRUE(got[i].dtype == want[i].dtype) << want[i].name;
+    EXPECT_EQ(got[i].shape, want[i].shape) << want[i].name;
+    EXPECT_EQ(got[i].shard_dim, want[i].shard_dim) << want[i].name;
+    EXPECT_EQ(got[i].shard_offset, want[i].shard_offset) << want[i].name;
+    EXPECT_EQ(got[i].shard_length, want[i].shard_length) << want[i].name;
+  }
+}
+
+// 10 rows over 4 ranks: chunks of 3, rank 3 holds 1 row; over 12 ranks, ranks 10 and 11 none.
+TEST(M2nHoldings, EveryRanksDeclarationReadsBackExactly) {
+  for (int ranks : {1, 4, 12})
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto own = model(40, 10, 0, ranks), mine = model(40, 10, rank, ranks);
+      const auto declared = holdings_declaration(mine, rank, ranks);
+      expect_same(holdings_from_declaration(declared, rank, ranks, own), mine);
+    }
+}
+
+TEST(M2nHoldings, ADeclarationStaysSmallHoweverLargeTheModel) {
+  std::vector<ParamMeta> big;
+  for (std::size_t i = 0; i < 70'000; ++i) {  // a 1 T model's tensor count, split evenly
+    ParamMeta m{fmt::format("layers.{}.w", i), kBf16, {2048, 7168}};
+    m.shard_dim = 0;
+    m.shard_offset = 8 * 5;
+    m.shard_length = 8;
+    big.push_back(m);
+  }
+  const std::string text = holdings_declaration(big, 5, 256).dump();
+  EXPECT_LT(text.size(), 1024u) << text;
+  expect_same(holdings_from_declaration(nlohmann::json::parse(text), 5, 256, big), big);
+}
+
+TEST(M2nHoldings, ARankWhoseModelDiffersIsNamedWithTheParametersThatDiffer) {
+  const auto own = model(10'000, 10, 0, 4);
+  auto theirs = model(10'000, 10, 2, 4);
+  theirs[5000].shape = {10, 65};
+  try {
+    holdings_from_declaration(holdings_declaration(theirs, 2, 4), 2, 4, own);
+    FAIL() << "another model was accepted";
+  } catch (const sdk::Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(e.what(), HasSubstr("trainer rank 2 declares another model than this rank: the "
+                                    "names, dtypes or shapes of parameters 4096 to 8191 ('p4096' "
+                                    "to 'p8191') differ"));
+  }
+  try {
+    holdings_from_declaration(holdings_declaration(model(9, 10, 1, 4), 1, 4), 1, 4, own);
+    FAIL() << "a model of another size was accepted";
+  } catch (const sdk::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("trainer rank 1 declares 9 parameters, this rank 10000"));
+  }
+}
+
+TEST(M2nHoldings, AMalformedDeclarationIsRefusedNamingTheRank) {
+  const auto own = model(12, 10, 0, 4);
+  const auto good = holdings_declaration(model(12, 10, 3, 4), 3, 4);
+  auto expect_refused = [&](nlohmann::json j, const std::string& why) {
+    try {
+      holdings_from_declaration(j, 3, 4, own);
+      FAIL() << "accepted: " << j.dump();
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
+      EXPECT_THAT(e.what(), HasSubstr("trainer rank 3")) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(why)) << e.what();
+    }
+  };
+  auto j = good;
+  j["runs"][0][0] = 1000;
+  expect_refused(j, "its runs do not add up to 12 parameters");
+  j = good;
+  j["runs"] = nlohmann::json::array({{12, 5}});
+  expect_refused(j, "'p0' has no dimension 5");
+  j = good;
+  j["runs"] = nlohmann::json::array({{12, -7}});
+  expect_refused(j, "a run of code -7");
+  j = good;
+  j["slices"] = nlohmann::json::array();
+  expect_refused(j, "malformed");
+  j = good;
+  j.erase("model");
+  expect_refused(j, "malformed");
+}
+
+}  // namespace
+}  // namespace wt::m2n
