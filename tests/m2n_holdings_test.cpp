@@ -3,6 +3,7 @@
 // FSDP splits (ranks holding less, or nothing), whole tensors and other slices; a rank whose model
 // differs is named with the parameters that differ; malformed declarations are refused.
 #include "m2n_holdings.hpp"
+#include "m2n_plan.hpp"
 
 #include <wt/sdk/errors.hpp>
 
@@ -56,7 +57,7 @@ TEST(M2nHoldings, EveryRanksDeclarationReadsBackExactly) {
     for (int rank = 0; rank < ranks; ++rank) {
       const auto own = model(40, 10, 0, ranks), mine = model(40, 10, rank, ranks);
       const auto declared = holdings_declaration(mine, rank, ranks);
-      expect_same(holdings_from_declaration(declared, rank, ranks, own), mine);
+      expect_same(RankHoldings::from_declaration(declared, rank, ranks, own).expand(own), mine);
     }
 }
 
@@ -71,7 +72,8 @@ TEST(M2nHoldings, ADeclarationStaysSmallHoweverLargeTheModel) {
   }
   const std::string text = holdings_declaration(big, 5, 256).dump();
   EXPECT_LT(text.size(), 1024u) << text;
-  expect_same(holdings_from_declaration(nlohmann::json::parse(text), 5, 256, big), big);
+  expect_same(RankHoldings::from_declaration(nlohmann::json::parse(text), 5, 256, big).expand(big),
+              big);
 }
 
 TEST(M2nHoldings, ARankWhoseModelDiffersIsNamedWithTheParametersThatDiffer) {
@@ -79,7 +81,7 @@ TEST(M2nHoldings, ARankWhoseModelDiffersIsNamedWithTheParametersThatDiffer) {
   auto theirs = model(10'000, 10, 2, 4);
   theirs[5000].shape = {10, 65};
   try {
-    holdings_from_declaration(holdings_declaration(theirs, 2, 4), 2, 4, own);
+    RankHoldings::from_declaration(holdings_declaration(theirs, 2, 4), 2, 4, own);
     FAIL() << "another model was accepted";
   } catch (const sdk::Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
@@ -88,7 +90,7 @@ TEST(M2nHoldings, ARankWhoseModelDiffersIsNamedWithTheParametersThatDiffer) {
                                     "to 'p8191') differ"));
   }
   try {
-    holdings_from_declaration(holdings_declaration(model(9, 10, 1, 4), 1, 4), 1, 4, own);
+    RankHoldings::from_declaration(holdings_declaration(model(9, 10, 1, 4), 1, 4), 1, 4, own);
     FAIL() << "a model of another size was accepted";
   } catch (const sdk::Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("trainer rank 1 declares 9 parameters, this rank 10000"));
@@ -100,7 +102,7 @@ TEST(M2nHoldings, AMalformedDeclarationIsRefusedNamingTheRank) {
   const auto good = holdings_declaration(model(12, 10, 3, 4), 3, 4);
   auto expect_refused = [&](nlohmann::json j, const std::string& why) {
     try {
-      holdings_from_declaration(j, 3, 4, own);
+      RankHoldings::from_declaration(j, 3, 4, own);
       FAIL() << "accepted: " << j.dump();
     } catch (const sdk::Error& e) {
       EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT);
@@ -119,10 +121,68 @@ TEST(M2nHoldings, AMalformedDeclarationIsRefusedNamingTheRank) {
   expect_refused(j, "a run of code -7");
   j = good;
   j["slices"] = nlohmann::json::array();
-  expect_refused(j, "malformed");
+  expect_refused(j, "fewer slices than its runs name");
+  j = good;
+  j["slices"][0][2] = 1000;  // parameter 7's slice, past its 64 columns
+  expect_refused(j, "its slice of 'p7' is out of the tensor");
   j = good;
   j.erase("model");
   expect_refused(j, "malformed");
+}
+
+// What rank `rank` of a layout holds, as its source would declare it.
+std::vector<ParamMeta> source_of(const Layout& layout, int rank) {
+  std::vector<ParamMeta> meta;
+  for (const auto& g : layout.groups) {
+    const Held* held = nullptr;
+    for (const Held& h : *g.holdings)
+      if (h.rank == rank) held = &h;
+    for (const auto& name : g.names) {
+      ParamMeta m{name, g.dtype, g.shape};
+      if (held == nullptr) {  // none of it: an empty slice
+        m.shard_dim = 0;
+        m.shard_offset = g.shape[0];
+      } else if (held->dim >= 0) {
+        m.shard_dim = held->dim;
+        m.shard_offset = held->lo;
+        m.shard_length = held->hi - held->lo;
+      }
+      meta.push_back(std::move(m));
+    }
+  }
+  return meta;
+}
+
+// The plan the trainer ranks make from what they declare is the plan `wt plan` makes from the
+// layout, where the layout's groups differ in dtype, shape, holdings or TP rule (the ranks group by
+// those alone): FSDP splits (5 ranks: the last holds less, over 12 rows), replicated tensors, a
+// parameter split along another dimension.
+TEST(M2nHoldings, TheRanksDeclarationsMakeThePlanOfTheLayout) {
+  const nlohmann::json j = {
+      {"parameters",
+       {{{"name", "n{}"}, {"ranges", {{0, 9}}}, {"dtype", "float32"}, {"shape", {12, 64}}},
+        {{"name", "b{}"}, {"ranges", {{0, 4}}}, {"dtype", "bfloat16"}, {"shape", {48}}},
+        {{"name", "e{}"}, {"ranges", {{0, 3}}}, {"dtype", "float32"}, {"shape", {6, 10}}}}},
+      {"trainer",
+       {{"ranks", 5},
+        {"holdings",
+         {{{"match", "b*"}, {"replicated", true}},
+          {{"match", "e*"}, {"shard_dim", 1}},
+          {{"match", "*"}, {"shard_dim", 0}}}}}},
+      {"inference",
+       {{"replicas", 2}, {"tensor_parallel", 2}, {"rules", {{{"match", "n*"}, {"dim", 1}}}}}}};
+  const Layout layout = layout_from_json(j, "test layout");
+  const auto model = source_of(layout, 0);
+  std::vector<RankHoldings> per_rank;
+  for (int r = 0; r < layout.trainer_ranks; ++r)
+    per_rank.push_back(RankHoldings::from_declaration(
+        holdings_declaration(source_of(layout, r), r, layout.trainer_ranks), r,
+        layout.trainer_ranks, model));
+  const std::vector<TpRule> rules = {{"n*", 1}};
+  const Plan from_ranks =
+      compute_plan(layout_from_holdings(model, per_rank, layout.inference, rules));
+  EXPECT_EQ(plan_digest(from_ranks), plan_digest(compute_plan(layout)));
+  EXPECT_EQ(from_ranks.groups.size(), compute_plan(layout).groups.size());
 }
 
 }  // namespace

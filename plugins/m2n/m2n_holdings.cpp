@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <utility>
 
-#include <map>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace wt::m2n {
@@ -88,10 +88,12 @@ nlohmann::json holdings_declaration(const std::vector<ParamMeta>& meta, int rank
           {"slices", std::move(slices)}};
 }
 
-std::vector<ParamMeta> holdings_from_declaration(const nlohmann::json& j, int rank, int ranks,
-                                                 const std::vector<ParamMeta>& own) {
+RankHoldings RankHoldings::from_declaration(const nlohmann::json& j, int rank, int ranks,
+                                            const std::vector<ParamMeta>& own) {
   const std::string what = fmt::format("the holdings trainer rank {} declared", rank);
-  std::vector<ParamMeta> out;
+  RankHoldings h;
+  h.rank_ = rank;
+  h.ranks_ = ranks;
   try {
     const auto count = j.at("count").get<std::size_t>();
     if (count != own.size())
@@ -113,105 +115,140 @@ std::vector<ParamMeta> holdings_from_declaration(const nlohmann::json& j, int ra
       }
       fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} declares another model than this rank", rank);
     }
-    const auto& slices = j.at("slices");
-    std::size_t next_slice = 0;
-    out.reserve(own.size());
+    for (const auto& e : j.at("slices"))
+      h.slices_.push_back({e.at(0).get<int>(), e.at(1).get<int64_t>(), e.at(2).get<int64_t>()});
+    // Every run checked against the model once, so that a cursor can trust them.
+    std::size_t at = 0, slices = 0;
     for (const auto& run : j.at("runs")) {
       const auto n = run.at(0).get<std::size_t>();
       const int code = run.at(1).get<int>();
-      if (n == 0 || n > own.size() - out.size())
+      if (n == 0 || n > own.size() - at)
         fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: its runs do not add up to {} parameters", what,
              own.size());
-      for (std::size_t k = 0; k < n; ++k) {
-        ParamMeta m{own[out.size()].name, own[out.size()].dtype, own[out.size()].shape};
-        if (code >= 0) {
-          if (static_cast<std::size_t>(code) >= m.shape.size())
-            fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: '{}' has no dimension {}", what, m.name,
-                 code);
-          const auto [lo, hi] = even_slice(m.shape[static_cast<std::size_t>(code)], rank, ranks);
-          m.shard_dim = code;
-          m.shard_offset = lo;
-          m.shard_length = hi - lo;
-        } else if (code == -2) {
-          const auto& e = slices.at(next_slice++);
-          m.shard_dim = e.at(0).get<int>();
-          m.shard_offset = e.at(1).get<int64_t>();
-          m.shard_length = e.at(2).get<int64_t>() - m.shard_offset;
-        } else if (code != -1) {
-          fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: a run of code {}", what, code);
+      if (code < -2) fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: a run of code {}", what, code);
+      for (std::size_t k = at; k < at + n; ++k) {
+        const ParamMeta& m = own[k];
+        const int dim =
+            code == -2 ? (slices < h.slices_.size() ? h.slices_[slices].dim : -1) : code;
+        if (code == -2) {
+          if (slices >= h.slices_.size())
+            fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: fewer slices than its runs name", what);
+          const Slice& s = h.slices_[slices++];
+          if (s.dim < 0 || static_cast<std::size_t>(s.dim) >= m.shape.size() || s.lo < 0 ||
+              s.lo > s.hi || s.hi > m.shape[static_cast<std::size_t>(s.dim)])
+            fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: its slice of '{}' is out of the tensor",
+                 what, m.name);
+        } else if (dim >= 0 && static_cast<std::size_t>(dim) >= m.shape.size()) {
+          fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: '{}' has no dimension {}", what, m.name, dim);
         }
-        out.push_back(std::move(m));
       }
+      h.runs_.emplace_back(n, code);
+      at += n;
     }
-    if (out.size() != own.size() || next_slice != slices.size())
+    if (at != own.size() || slices != h.slices_.size())
       fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: its runs do not add up to {} parameters", what,
            own.size());
   } catch (const nlohmann::json::exception& e) {
     fail(WT_ERR_INVALID_ARGUMENT, "{} are malformed: {}", what, e.what());
   }
+  return h;
+}
+
+RankHoldings::Slice RankHoldings::Cursor::next(const ParamMeta& m) {
+  while (in_run_ == h_.runs_.at(run_).first) {
+    ++run_;
+    in_run_ = 0;
+  }
+  ++in_run_;
+  const int code = h_.runs_[run_].second;
+  if (code == -2) return h_.slices_.at(slice_++);
+  if (code == -1) return {};
+  const auto [lo, hi] = even_slice(m.shape[static_cast<std::size_t>(code)], h_.rank_, h_.ranks_);
+  return {code, lo, hi};
+}
+
+std::vector<ParamMeta> RankHoldings::expand(const std::vector<ParamMeta>& model) const {
+  std::vector<ParamMeta> out;
+  out.reserve(model.size());
+  Cursor c(*this);
+  for (const ParamMeta& m : model) {
+    const Slice s = c.next(m);
+    ParamMeta p{m.name, m.dtype, m.shape};
+    if (s.dim >= 0) {
+      p.shard_dim = s.dim;
+      p.shard_offset = s.lo;
+      p.shard_length = s.hi - s.lo;
+    }
+    out.push_back(std::move(p));
+  }
   return out;
 }
 
-Layout layout_from_holdings(const std::vector<std::vector<ParamMeta>>& per_rank,
+Layout layout_from_holdings(const std::vector<ParamMeta>& model,
+                            const std::vector<RankHoldings>& per_rank,
                             const InferenceLayout& inference, const std::vector<TpRule>& rules) {
   Layout layout;
   layout.trainer_ranks = static_cast<int>(per_rank.size());
   layout.inference = inference;
-  const auto& base = per_rank.at(0);
-  for (std::size_t k = 1; k < per_rank.size(); ++k) {
-    const auto& mine = per_rank[k];
-    if (mine.size() != base.size())
-      fail(WT_ERR_INVALID_ARGUMENT,
-           "trainer rank {} declares {} parameters, trainer rank 0 {}: every rank must declare "
-           "the same model (holding all, part or none of each parameter)",
-           k, mine.size(), base.size());
-    for (std::size_t i = 0; i < base.size(); ++i)
-      if (mine[i].name != base[i].name || !(mine[i].dtype == base[i].dtype) ||
-          mine[i].shape != base[i].shape)
-        fail(WT_ERR_INVALID_ARGUMENT,
-             "trainer rank {} declares parameter {} as '{}' {} [{}], trainer rank 0 as '{}' {} "
-             "[{}]: every rank must declare the same model in the same order",
-             k, i, mine[i].name, torch_name(mine[i].dtype), fmt::join(mine[i].shape, ", "),
-             base[i].name, torch_name(base[i].dtype), fmt::join(base[i].shape, ", "));
-  }
-  // Parameters alike in dtype, shape, holdings and TP rule share a group (planned once).
-  std::map<std::string, std::size_t> group_of;
+  std::vector<RankHoldings::Cursor> cursors;
+  cursors.reserve(per_rank.size());
+  for (const auto& h : per_rank) cursors.emplace_back(h);
+  // Parameters alike in dtype, shape, holdings and TP rule share a group (planned once), found by
+  // a hash of what they are and checked whole.
+  std::unordered_map<uint64_t, std::vector<std::size_t>> groups_by_hash;
   std::unordered_set<std::string_view> seen;
-  for (std::size_t i = 0; i < base.size(); ++i) {
-    if (!seen.insert(base[i].name).second)
-      fail(WT_ERR_INVALID_ARGUMENT, "the weight source declares '{}' twice", base[i].name);
+  std::vector<Held> held;
+  for (const ParamMeta& m : model) {
+    if (!seen.insert(m.name).second)
+      fail(WT_ERR_INVALID_ARGUMENT, "the weight source declares '{}' twice", m.name);
     int tp_dim = -1;
     for (const auto& r : rules)
-      if (glob_match(r.match, base[i].name)) {
+      if (glob_match(r.match, m.name)) {
         tp_dim = r.dim;
         break;
       }
-    if (tp_dim >= static_cast<int>(base[i].shape.size()))
+    if (tp_dim >= static_cast<int>(m.shape.size()))
       fail(WT_ERR_INVALID_ARGUMENT,
-           "the tp_rules split '{}' along dimension {}, but it has {} dimension(s)", base[i].name,
-           tp_dim, base[i].shape.size());
-    std::vector<Held> held;
-    std::string key = fmt::format("{}/{}/{}/[{}]|", base[i].dtype.code, base[i].dtype.bits,
-                                  base[i].dtype.lanes, fmt::join(base[i].shape, ","));
-    key += std::to_string(tp_dim);
-    for (std::size_t k = 0; k < per_rank.size(); ++k) {
-      const ParamMeta& m = per_rank[k][i];
-      if (m.sharded() && m.shard_length == 0) continue;  // this rank holds none of it
-      Held h{static_cast<int>(k), m.sharded() ? m.shard_dim : -1, m.shard_offset,
-             m.shard_offset + m.shard_length};
-      key += fmt::format("|{}:{}:{}:{}", h.rank, h.dim, h.lo, h.hi);
-      held.push_back(h);
+           "the tp_rules split '{}' along dimension {}, but it has {} dimension(s)", m.name, tp_dim,
+           m.shape.size());
+    held.clear();
+    for (std::size_t k = 0; k < cursors.size(); ++k) {
+      const RankHoldings::Slice s = cursors[k].next(m);
+      if (s.dim >= 0 && s.lo == s.hi) continue;  // this rank holds none of it
+      held.push_back({static_cast<int>(k), s.dim, s.dim >= 0 ? s.lo : 0, s.dim >= 0 ? s.hi : 0});
     }
-    auto [it, fresh] = group_of.try_emplace(key, layout.groups.size());
-    if (fresh) {
+    const uint32_t kind[4] = {m.dtype.code, m.dtype.bits, m.dtype.lanes,
+                              static_cast<uint32_t>(tp_dim)};
+    uint64_t hash = XXH3_64bits(kind, sizeof kind);
+    hash = XXH3_64bits_withSeed(m.shape.data(), m.shape.size() * sizeof(int64_t), hash);
+    for (const Held& h : held) {
+      const int64_t e[4] = {h.rank, h.dim, h.lo, h.hi};
+      hash = XXH3_64bits_withSeed(e, sizeof e, hash);
+    }
+    auto same = [&](const ParamGroup& g) {
+      if (!(g.dtype == m.dtype) || g.shape != m.shape || g.tp_dim != tp_dim ||
+          g.holdings->size() != held.size())
+        return false;
+      for (std::size_t k = 0; k < held.size(); ++k) {
+        const Held &a = (*g.holdings)[k], &b = held[k];
+        if (a.rank != b.rank || a.dim != b.dim || a.lo != b.lo || a.hi != b.hi) return false;
+      }
+      return true;
+    };
+    auto& candidates = groups_by_hash[hash];
+    std::size_t group = layout.groups.size();
+    for (std::size_t c : candidates)
+      if (same(layout.groups[c])) group = c;
+    if (group == layout.groups.size()) {
       ParamGroup g;
-      g.dtype = base[i].dtype;
-      g.shape = base[i].shape;
+      g.dtype = m.dtype;
+      g.shape = m.shape;
       g.tp_dim = tp_dim;
-      g.holdings = std::make_shared<const std::vector<Held>>(std::move(held));
+      g.holdings = std::make_shared<const std::vector<Held>>(held);
       layout.groups.push_back(std::move(g));
+      candidates.push_back(group);
     }
-    layout.groups[it->second].names.push_back(base[i].name);
+    layout.groups[group].names.push_back(m.name);
   }
   return layout;
 }

@@ -138,7 +138,7 @@ M2nTrainer::Gathered M2nTrainer::gather(const sdk::GroupRef& group, plugins::Com
     if (j.is_discarded() || !j.is_object() || !j.contains("holdings"))
       fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} gathered no holdings", k);
     out.per_rank.push_back(
-        holdings_from_declaration(j.at("holdings"), static_cast<int>(k), ranks_, meta_));
+        RankHoldings::from_declaration(j.at("holdings"), static_cast<int>(k), ranks_, meta_));
     if (k == 0) {
       o.session_secret = j.value("secret", "");
       out.unique_id = j.value("nccl_unique_id_b64", "");
@@ -153,13 +153,12 @@ M2nTrainer::Gathered M2nTrainer::gather(const sdk::GroupRef& group, plugins::Com
   return out;
 }
 
-void M2nTrainer::compile(const std::vector<std::vector<ParamMeta>>& per_rank,
-                         const M2nInitInfo& info) {
+void M2nTrainer::compile(const std::vector<RankHoldings>& per_rank, const M2nInitInfo& info) {
   const auto workers = static_cast<std::size_t>(info.worker_ranks());
   InferenceLayout inference;
   inference.tensor_parallel = static_cast<int>(info.tensor_parallel);
   inference.replicas = static_cast<int>(workers) / inference.tensor_parallel;
-  plan_ = compute_plan(layout_from_holdings(per_rank, inference, info.tp_rules));
+  plan_ = compute_plan(layout_from_holdings(meta_, per_rank, inference, info.tp_rules));
   // What the workers will accept, checked here: a plan they would refuse fails trainer_init now,
   // naming the parameter, instead of after the rendezvous deadline.
   plan_from_json(plan_to_json(plan_), "the m2n plan this trainer made");

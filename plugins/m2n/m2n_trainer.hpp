@@ -14,6 +14,7 @@
 #include "../common/param_list.hpp"
 #include "../common/round_signal.hpp"
 #include "../common/tcp_store.hpp"
+#include "m2n_holdings.hpp"
 #include "m2n_init_info.hpp"
 #include "m2n_plan.hpp"
 #include "m2n_schedule.hpp"
@@ -46,12 +47,12 @@ class M2nTrainer final : public sdk::TrainerBase {
   void declare_model();
   plugins::CommunicatorOptions mesh_options(const M2nInitInfo& info) const;
   struct Gathered {
-    std::vector<std::vector<ParamMeta>> per_rank;  // every rank's holdings
-    std::string unique_id;                         // CUDA: rank 0's NCCL unique id
+    std::vector<RankHoldings> per_rank;  // every rank's holdings
+    std::string unique_id;               // CUDA: rank 0's NCCL unique id
   };
   Gathered gather(const sdk::GroupRef& group, plugins::CommunicatorOptions& o,
                   std::unique_ptr<plugins::TcpStoreServer>& store);
-  void compile(const std::vector<std::vector<ParamMeta>>& per_rank, const M2nInitInfo& info);
+  void compile(const std::vector<RankHoldings>& per_rank, const M2nInitInfo& info);
   nlohmann::json worker_init_info(const M2nInitInfo& info, const plugins::CommunicatorOptions& o,
                                   const std::string& unique_id) const;
   void connect(plugins::CommunicatorOptions o, const std::string& unique_id,
