@@ -162,21 +162,18 @@ std::string with_receiver_at(std::string text, int port, int timeout_s) {
   return text;
 }
 
-// A receiver that stops answering at the init (a proxy holds the call, unanswered): every trainer
-// rank fails at the rendezvous deadline (2 s), not at the HTTP client's (60 s), since rank 0
-// interrupts the init call it gives up on (the host's abandon_calls).
-TEST(M2nRefuses, AReceiverHoldingTheInitDoesNotHoldAFailedInitPastTheRendezvousDeadline) {
-  RunSetup s;
-  s.receivers = 1;
-  s.extra_init_info = "  rendezvous_timeout_s: 2";
-  const int serve_port = test::free_port(), proxy_port = test::free_port();
-  const std::string config =
-      write_config("m2n-held-init.yaml", with_receiver_at(config_text(s), proxy_port, 60));
+// `wt launch config` against one `wt serve` (its backend options `serve_config`) behind
+// tests/helpers/refusing_proxy.py at proxy_port, which refuses or holds the `nth` `call` (see the
+// proxy). The run is timed from that moment ("refused-at") to the launch's end.
+TimedRun launch_behind_refusing_proxy(const std::string& config, const std::string& serve_config,
+                                      int serve_port, int proxy_port, int nth,
+                                      const std::string& call) {
   const std::string script =
-      write_config("m2n-held-init.sh", fmt::format(R"(
-{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n"}}' > {2}.serve.log 2>&1 &
+      write_config(fs::path(config).filename().string() + ".proxy.sh",
+                   fmt::format(R"(
+{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{6}' > {2}.serve.log 2>&1 &
 serve=$!
-/usr/bin/python3 {5}/tests/helpers/refusing_proxy.py {4} {3} 1 init_weight_transfer_engine > {2}.proxy.log 2>&1 &
+/usr/bin/python3 {5}/tests/helpers/refusing_proxy.py {4} {3} {7} {8} > {2}.proxy.log 2>&1 &
 proxy=$!
 trap 'kill -9 $serve $proxy' EXIT
 for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
@@ -190,9 +187,23 @@ cat {2}.log {2}.proxy.log
 start=$(sed -n 's/^refused-at //p' {2}.proxy.log)
 echo "exit $rc after $(( (end - ${{start:-$end}}) / 1000000 )) ms"
 )",
-                                                   WT_BUILD_DIR, WT_CLI_PATH, config, serve_port,
-                                                   proxy_port, WT_SOURCE_DIR));
-  const TimedRun r = run_timed(script);
+                               WT_BUILD_DIR, WT_CLI_PATH, config, serve_port, proxy_port,
+                               WT_SOURCE_DIR, serve_config, nth, call));
+  return run_timed(script);
+}
+
+// A receiver that stops answering at the init (a proxy holds the call, unanswered): every trainer
+// rank fails at the rendezvous deadline (2 s), not at the HTTP client's (60 s), since rank 0
+// interrupts the init call it gives up on (the host's abandon_calls).
+TEST(M2nRefuses, AReceiverHoldingTheInitDoesNotHoldAFailedInitPastTheRendezvousDeadline) {
+  RunSetup s;
+  s.receivers = 1;
+  s.extra_init_info = "  rendezvous_timeout_s: 2";
+  const int serve_port = test::free_port(), proxy_port = test::free_port();
+  const std::string config =
+      write_config("m2n-held-init.yaml", with_receiver_at(config_text(s), proxy_port, 60));
+  const TimedRun r = launch_behind_refusing_proxy(config, R"({"backend": "m2n"})", serve_port,
+                                                  proxy_port, 1, "init_weight_transfer_engine");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("refused-at ")) << r.output;
   for (int k = 0; k < 2; ++k)  // two trainer ranks and one worker rank: a mesh of 3
@@ -415,28 +426,9 @@ TEST(M2nFaults, AWorkerRefusingARoundAtUpdateOrStartFailsEveryTrainerRankAtOnce)
     text.replace(text.find("verify: true"), std::string("verify: true").size(), "verify: false");
     const std::string config =
         write_config(fmt::format("m2n-refuse-{}-{}.yaml", call, ranks), text);
-    const std::string script =
-        write_config(fmt::format("m2n-refuse-{}-{}.sh", call, ranks),
-                     fmt::format(R"(
-{1} serve --host 127.0.0.1 --port {3} --weight-transfer-config '{{"backend": "m2n", "transfer_timeout_s": 120, "stall_timeout_s": 60}}' > {2}.serve.log 2>&1 &
-serve=$!
-/usr/bin/python3 {5}/tests/helpers/refusing_proxy.py {4} {3} 3 {6} > {2}.proxy.log 2>&1 &
-proxy=$!
-trap 'kill -9 $serve $proxy' EXIT
-for i in $(seq 100); do grep -q 'listening on' {2}.serve.log && break; sleep 0.1; done
-grep -q 'listening on' {2}.serve.log || {{ cat {2}.serve.log; echo "the receiver did not start"; exit 3; }}
-for i in $(seq 100); do grep -q 'listening on' {2}.proxy.log && break; sleep 0.1; done
-grep -q 'listening on' {2}.proxy.log || {{ cat {2}.proxy.log; echo "the proxy did not start"; exit 3; }}
-WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1
-rc=$?
-end=$(date +%s%N)
-cat {2}.log {2}.proxy.log
-start=$(sed -n 's/^refused-at //p' {2}.proxy.log)
-echo "exit $rc after $(( (end - ${{start:-$end}}) / 1000000 )) ms"
-)",
-                                 WT_BUILD_DIR, WT_CLI_PATH, config, serve_port, proxy_port,
-                                 WT_SOURCE_DIR, call));
-    const TimedRun r = run_timed(script);
+    const TimedRun r = launch_behind_refusing_proxy(
+        config, R"({"backend": "m2n", "transfer_timeout_s": 120, "stall_timeout_s": 60})",
+        serve_port, proxy_port, 3, call);
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_THAT(r.output, HasSubstr("refused-at ")) << r.output;
     if (at_update)

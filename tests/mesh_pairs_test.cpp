@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "support/free_port.hpp"
+#include "support/loopback_rank.hpp"
 
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
@@ -123,22 +124,9 @@ TEST(MeshPairs, InATreeARankPublishesAndLearnsOnlyItsOwnPairs) {
   EXPECT_THROW(two.pair_key_with(3), sdk::Error) << "no pair with rank 3 in the tree";
 }
 
-// Rank `rank` of a mesh of `world` ranks of `shape` meeting at 127.0.0.1:port, as a trainer's
-// rank 0 (the secret) or a worker (its own key).
+// Rank `rank` of a mesh of `world` ranks of `shape` meeting at 127.0.0.1:port.
 CommunicatorOptions rank_options(int rank, int world, int port, const MeshPairs& shape) {
-  CommunicatorOptions o;
-  o.master_address = "127.0.0.1";
-  o.master_port = port;
-  o.rank = rank;
-  o.world_size = world;
-  o.rendezvous_timeout = 60s;
-  o.transfer_timeout = 60s;
-  o.pairs = shape;
-  if (rank == 0)
-    o.session_secret = kSecret.hex();
-  else
-    o.rank_key = SessionKeys::rank_key(kSecret, rank).hex();
-  return o;
+  return test::loopback_rank(kSecret, rank, world, port, 60s, shape);
 }
 
 // Forms one mesh of `world` ranks of `shape` on threads; returns each rank's context (null where

@@ -8,6 +8,7 @@
 #include "tcp_store.hpp"
 #include "broadcast_group.hpp"
 #include "session_secret.hpp"
+#include "support/loopback_rank.hpp"
 
 #include <wt/sdk/errors.hpp>
 
@@ -324,21 +325,9 @@ TEST(TcpStore, IdleStrangersDoNotKeepTheRanksOut) {
   for (int fd : idle) ::close(fd);
 }
 
-// Rank `rank` of a group of `n` meeting at 127.0.0.1:port: rank 0 holds kSecret, the others
-// their own keys, as workers do.
+// Rank `rank` of a group of `n` meeting at 127.0.0.1:port (a broadcast tree from rank 0).
 CommunicatorOptions options(int rank, int n, int port) {
-  CommunicatorOptions o;
-  o.master_address = "127.0.0.1";
-  o.master_port = port;
-  o.rank = rank;
-  o.world_size = n;
-  o.rendezvous_timeout = 10s;
-  o.transfer_timeout = 10s;
-  if (rank == 0)
-    o.session_secret = kSecret.hex();
-  else
-    o.rank_key = SessionKeys::rank_key(kSecret, rank).hex();
-  return o;
+  return test::loopback_rank(kSecret, rank, n, port, 10s);
 }
 
 // A group of `n` ranks on threads; each runs `body(group)`; errors come back per rank.
