@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -52,7 +53,7 @@ inline std::string endpoint(const std::string& host, int port) {
 
 // Gloo reports failures as exceptions of its own; these become wt errors naming `what`.
 template <typename F>
-void gloo_call(const std::string& what, F&& f) {
+void gloo_call(std::string_view what, F&& f) {
   try {
     f();
   } catch (const sdk::Error& e) {

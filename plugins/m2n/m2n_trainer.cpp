@@ -11,13 +11,13 @@
 #include "../common/session_secret.hpp"
 #include "../common/tcp_store.hpp"
 #include "box_copy.hpp"
-#include "device_box_copy.hpp"
 #include "m2n_holdings.hpp"
 #include "m2n_wire.hpp"
 #include "nccl_transfers.hpp"
 #include "pair_transfers.hpp"
 
 #include <wt/dtype.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/rank_keys.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 
@@ -172,6 +172,13 @@ void M2nTrainer::compile(const std::vector<RankHoldings>& per_rank, const M2nIni
     pair_bytes_[static_cast<std::size_t>(t.peer)] += t.bytes;
   }
   messages_ = messages_of(sends_, workers);
+  compact_.clear();
+  for (const auto& m : meta_) compact_.push_back(compact_strides(m.local_shape()));
+  table_strides_.assign(meta_.size(), {});
+  frame_whats_.clear();
+  for (std::size_t w = 0; w < workers; ++w)
+    frame_whats_.push_back(fmt::format("the round's frame to worker rank {}", w));
+  copy_threads_ = default_copy_threads();
 }
 
 nlohmann::json M2nTrainer::worker_init_info(const M2nInitInfo& info,
@@ -330,103 +337,128 @@ void M2nTrainer::send_round(const std::vector<wt_tensor>& tensors, uint32_t roun
     post_round(tensors, round);
   } catch (...) {
     transfers_->discard();  // before the frames and packed pieces they point at go
-    packed_.clear();
     throw;
   }
   transfers_->wait_all();
-  packed_.clear();
+}
+
+const RoundTable& M2nTrainer::table_for(const std::vector<wt_tensor>& tensors) {
+  bool same = tabled_;
+  for (std::size_t p = 0; same && p < tensors.size(); ++p) {
+    const DLTensor& t = tensors[p].tensor;
+    const auto& want = table_strides_[p];
+    same = t.strides == nullptr ? want == compact_[p]
+                                : std::equal(want.begin(), want.end(), t.strides);
+  }
+  if (same) return table_;
+  tabled_ = false;
+  for (std::size_t p = 0; p < tensors.size(); ++p) {
+    const DLTensor& t = tensors[p].tensor;
+    table_strides_[p] =
+        t.strides == nullptr ? compact_[p] : std::vector<int64_t>(t.strides, t.strides + t.ndim);
+  }
+  table_ = compile_table(
+      sends_, messages_, names_,
+      [this](const Transfer& t) {
+        const ParamMeta& m = meta_[t.param];
+        PieceGeometry g;
+        g.strides = &table_strides_[t.param];
+        g.lo = t.piece->box.lo;
+        g.hi = t.piece->box.hi;
+        if (m.sharded()) {  // the piece in this rank's slice
+          g.lo[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
+          g.hi[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
+        }
+        g.elem = element_size(m.dtype);
+        g.contiguous =
+            *g.strides == compact_[t.param] && box_is_contiguous(m.local_shape(), g.lo, g.hi);
+        return g;
+      },
+      "to", "worker rank");
+  const uint64_t staging = staging_bytes(table_);
+  if (cuda_device_ >= 0) {
+    if (device_staging_.size() < staging)
+      device_staging_ = plugins::DeviceBytes(cuda_device_, staging);
+  } else if (staging_.size() < staging) {
+    staging_.resize(staging);
+  }
+  ring_.reset(staging, table_.packed_messages);
+  packed_ops_.assign(table_.packed_messages, 0);
+  offsets_.assign(table_.messages.size(), 0);
+  bases_.assign(tensors.size(), nullptr);
+  tabled_ = true;
+  return table_;
 }
 
 void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t round) {
   const auto workers = pair_bytes_.size();
-  frames_.assign(workers, Frame{});
-  auto& frames = frames_;
+  frames_.resize(workers);
   for (std::size_t w = 0; w < workers; ++w)
-    frames[w] = make_frame(round, pair_pieces_[w], pair_bytes_[w], pair_digests_[w]);
-  const unsigned char* frame_bytes = frames.front().data();
+    frames_[w] = make_frame(round, pair_pieces_[w], pair_bytes_[w], pair_digests_[w]);
+  const unsigned char* frame_bytes = frames_.front().data();
   void* const stream =
       cuda_device_ >= 0 ? static_cast<NcclTransfers&>(*transfers_).stream() : nullptr;
   if (cuda_device_ >= 0) {  // NCCL sends from CUDA memory
     if (device_frames_.size() < workers * kFrameBytes)
       device_frames_ = plugins::DeviceBytes(cuda_device_, workers * kFrameBytes);
-    plugins::copy_async(cuda_device_, device_frames_.data(), frames.data(), workers * kFrameBytes,
+    plugins::copy_async(cuda_device_, device_frames_.data(), frames_.data(), workers * kFrameBytes,
                         stream);
     frame_bytes = device_frames_.data();
   }
   for (std::size_t w = 0; w < workers; ++w)
     transfers_->post_send(ranks_ + static_cast<int>(w), slot(round, 0),
-                          frame_bytes + w * kFrameBytes, kFrameBytes,
-                          fmt::format("the round's frame to worker rank {}", w));
-  // Where a piece's bytes are in this rank's source: its first byte, and how to walk it.
-  struct Where {
-    const unsigned char* base;
-    std::vector<int64_t> strides, extent;
-    bool contiguous;
-  };
-  auto where = [&](const Transfer& t) {
-    const ParamMeta& m = meta_[t.param];
-    const DLTensor& src = tensors[t.param].tensor;
-    const std::vector<int64_t> shape = m.local_shape();
-    std::vector<int64_t> lo = t.piece->box.lo, hi = t.piece->box.hi;
-    if (m.sharded()) {  // the piece in this rank's slice
-      lo[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
-      hi[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
+                          frame_bytes + w * kFrameBytes, kFrameBytes, frame_whats_[w]);
+  const RoundTable& table = table_for(tensors);
+  for (std::size_t p = 0; p < tensors.size(); ++p)
+    bases_[p] = static_cast<unsigned char*>(tensors[p].tensor.data) + tensors[p].tensor.byte_offset;
+  unsigned char* const staging = cuda_device_ >= 0 ? device_staging_.data() : staging_.data();
+  ring_.reset(ring_.capacity(), table.packed_messages);
+  std::size_t posted_packed = 0, waited_packed = 0;  // into packed_ops_
+  // Messages [pending, i) are taken from the table but not posted yet: their packed ones hold
+  // room in the staging ring. flush() packs those (a batch, several threads) and posts them all,
+  // in the table's order.
+  std::size_t pending = 0;
+  uint64_t pending_packed = 0;
+  auto flush = [&](std::size_t end) {
+    batch_.clear();
+    for (std::size_t k = pending; k < end; ++k) {
+      const TableMessage& m = table.messages[k];
+      if (!m.in_place) batch_.push_back({table.copies_of(m), staging + offsets_[k]});
     }
-    Where w;
-    w.strides = src.strides != nullptr ? std::vector<int64_t>(src.strides, src.strides + src.ndim)
-                                       : compact_strides(shape);
-    w.base = static_cast<const unsigned char*>(src.data) + src.byte_offset +
-             static_cast<std::size_t>(box_offset(w.strides, lo)) * element_size(m.dtype);
-    w.contiguous = w.strides == compact_strides(shape) && box_is_contiguous(shape, lo, hi);
-    for (std::size_t d = 0; d < lo.size(); ++d) w.extent.push_back(hi[d] - lo[d]);
-    return w;
-  };
-  std::vector<uint64_t> next(workers, 1);
-  packed_.clear();
-  uint64_t in_flight = 0;  // bytes of packed messages not yet waited for
-  for (const Message& msg : messages_) {
-    const std::string what =
-        msg.transfers.size() == 1
-            ? fmt::format("a piece of '{}' to worker rank {}",
-                          meta_[sends_[msg.transfers[0]].param].name, msg.peer)
-            : fmt::format("{} pieces from '{}' on to worker rank {}", msg.transfers.size(),
-                          meta_[sends_[msg.transfers[0]].param].name, msg.peer);
-    const uint64_t message = next[static_cast<std::size_t>(msg.peer)]++;
-    if (msg.transfers.size() == 1) {
-      const Where w = where(sends_[msg.transfers[0]]);
-      if (w.contiguous) {  // straight from the source's memory
-        transfers_->post_send(ranks_ + msg.peer, slot(round, message), w.base, msg.bytes, what);
-        continue;
-      }
-    }
-    // Packed: the oldest packed messages are waited for first while this one would pass the bound.
-    while (!packed_.empty() && in_flight + msg.bytes > kInFlightBytes) {
-      transfers_->wait_through(packed_.front().op);
-      in_flight -= packed_.front().size();
-      packed_.pop_front();
-    }
-    auto& buf = packed_.emplace_back();
-    unsigned char* into = nullptr;
-    if (cuda_device_ >= 0)
-      into = (buf.device = plugins::DeviceBytes(cuda_device_, msg.bytes)).data();
+    if (cuda_device_ >= 0)  // queued on the transfers' stream: done before the sends read
+      execute_copies_async(batch_, table.walks, bases_, CopyDirection::kPack, cuda_device_, stream);
     else
-      into = (buf.host.resize(msg.bytes), buf.host.data());
-    std::size_t at = 0;
-    for (std::size_t i : msg.transfers) {
-      const Transfer& t = sends_[i];
-      const Where w = where(t);
-      const std::size_t elem = element_size(meta_[t.param].dtype);
-      if (cuda_device_ >= 0)  // queued on the transfers' stream: done before the send reads
-        copy_box_async(cuda_device_, stream, into + at, compact_strides(w.extent), w.base,
-                       w.strides, w.extent, elem);
-      else
-        copy_box(into + at, compact_strides(w.extent), w.base, w.strides, w.extent, elem);
-      at += t.bytes;
+      execute_copies(batch_, table.walks, bases_, CopyDirection::kPack, copy_threads_);
+    for (std::size_t k = pending; k < end; ++k) {
+      const TableMessage& m = table.messages[k];
+      const unsigned char* from =
+          m.in_place ? bases_[m.param] + m.tensor_at : staging + offsets_[k];
+      if (!m.in_place) packed_ops_[posted_packed++] = transfers_->posted();
+      transfers_->post_send(ranks_ + m.peer, slot(round, m.number), from, m.bytes, m.what);
     }
-    buf.op = transfers_->posted();
-    in_flight += msg.bytes;
-    transfers_->post_send(ranks_ + msg.peer, slot(round, message), into, msg.bytes, what);
+    pending = end;
+    pending_packed = 0;
+  };
+  for (std::size_t i = 0; i < table.messages.size(); ++i) {
+    const TableMessage& m = table.messages[i];
+    if (!m.in_place) {
+      // Room in the ring, or else the pending messages posted and the oldest waited for.
+      int64_t at;
+      while ((at = ring_.take(m.bytes)) < 0) {
+        if (pending < i) {
+          flush(i);
+          continue;
+        }
+        transfers_->wait_through(packed_ops_[waited_packed++]);
+        ring_.give_back_oldest();
+      }
+      offsets_[i] = static_cast<uint64_t>(at);
+      pending_packed += m.bytes;
+    }
+    // CUDA copies are queued, not made: each message goes as soon as it is taken.
+    if (cuda_device_ >= 0 || pending_packed >= kParallelCopyMinBytes) flush(i + 1);
   }
+  flush(table.messages.size());
 }
 
 }  // namespace wt::m2n

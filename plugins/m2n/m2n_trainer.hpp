@@ -19,12 +19,12 @@
 #include "m2n_plan.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
+#include "round_table.hpp"
 #include "transfers.hpp"
 
 #include <wt/sdk/host_log.hpp>
 #include <wt/sdk/plugin.hpp>
 
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -79,15 +79,23 @@ class M2nTrainer final : public sdk::TrainerBase {
   std::vector<uint64_t> pair_pieces_, pair_bytes_, pair_digests_;  // per worker rank
   uint32_t round_ = 0;
   std::vector<Frame> frames_;  // the round's frames, one per worker rank
-  // The round's packed messages in flight (strided or coalesced pieces made compact), oldest
-  // first, each with its place among the posted messages.
-  struct Packed {
-    std::size_t op = 0;
-    std::vector<unsigned char> host;
-    plugins::DeviceBytes device;  // CUDA
-    std::size_t size() const { return device.size() > 0 ? device.size() : host.size(); }
-  };
-  std::deque<Packed> packed_;
+  std::vector<std::string> frame_whats_;
+  // The round as a table (round_table.hpp), compiled at the first round and again only when the
+  // source's strides change; what executing it reuses round after round: the staging ring the
+  // packed messages travel through, and where each tensor and packed message is.
+  const RoundTable& table_for(const std::vector<wt_tensor>& tensors);
+  std::vector<std::vector<int64_t>> compact_;        // per parameter: its local slice's strides
+  std::vector<std::vector<int64_t>> table_strides_;  // per parameter: what the table assumed
+  RoundTable table_;
+  bool tabled_ = false;
+  StagingRing ring_;
+  std::vector<unsigned char> staging_;
+  plugins::DeviceBytes device_staging_;  // CUDA
+  std::vector<std::size_t> packed_ops_;  // per packed message: its posted() number
+  std::vector<uint64_t> offsets_;        // per message: its place in the ring
+  std::vector<unsigned char*> bases_;    // per parameter: its first byte
+  std::vector<CopyBatchItem> batch_;
+  unsigned copy_threads_ = 1;
   plugins::DeviceBytes device_frames_;    // CUDA: the frames, where NCCL can send them from
   std::unique_ptr<Transfers> transfers_;  // after what it points at: destroyed first
   // CUDA, M >= 2: NCCL tells no rank that another gave a round up; the round signal does

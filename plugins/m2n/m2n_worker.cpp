@@ -6,11 +6,11 @@
 #include "../common/nccl_communicator.hpp"
 #include "../common/session_keys.hpp"
 #include "box_copy.hpp"
-#include "device_box_copy.hpp"
 #include "nccl_transfers.hpp"
 #include "pair_transfers.hpp"
 
 #include <wt/dtype.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/rank_keys.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 
@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 
 namespace wt::m2n {
 
@@ -229,14 +228,19 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
   }
   check_update(list);
   const Schedule& schedule = schedule_for(list);
-  const auto& receives = schedule.receives;
   const auto& pieces = schedule.pieces;
   const auto& bytes = schedule.bytes;
   const auto& digests = schedule.digests;
   const auto trainers = static_cast<std::size_t>(trainers_);
   const uint32_t round = round_++;
   // The frames: every trainer rank in step and sending what the plan says, or nothing is taken.
-  std::vector<Frame> frames(trainers);
+  if (frame_whats_.size() != trainers) {
+    frame_whats_.clear();
+    for (std::size_t k = 0; k < trainers; ++k)
+      frame_whats_.push_back(fmt::format("the round's frame from trainer rank {}", k));
+  }
+  auto& frames = frames_;
+  frames.resize(trainers);
   unsigned char* frame_bytes = frames.front().data();
   if (device_ >= 0) {  // NCCL receives into CUDA memory
     if (device_frames_.size() < trainers * kFrameBytes)
@@ -245,7 +249,7 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
   }
   for (std::size_t k = 0; k < trainers; ++k)
     transfers_->post_recv(static_cast<int>(k), slot(round, 0), frame_bytes + k * kFrameBytes,
-                          kFrameBytes, fmt::format("the round's frame from trainer rank {}", k));
+                          kFrameBytes, frame_whats_[k]);
   transfers_->wait_all();
   if (device_ >= 0) {
     void* stream = static_cast<NcclTransfers&>(*transfers_).stream();
@@ -273,7 +277,9 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
     }
   }
   try {
-    receive_pieces(list, receives, schedule.messages, round, loader);
+    place(list, loader);
+    receive_messages(round);
+    hand_over(list, loader);
   } catch (...) {
     transfers_->discard();  // the trainer ranks' pieces of this round will never be taken
     throw;
@@ -290,164 +296,184 @@ const M2nWorker::Schedule& M2nWorker::schedule_for(const plugins::ParamList& lis
   Schedule s;
   s.names.reserve(params.size());
   for (const auto& p : params) s.names.push_back(p.name);
-  s.receives = receives_of(plan_, *index_, s.names, worker_rank_);
+  const std::vector<Transfer> receives = receives_of(plan_, *index_, s.names, worker_rank_);
   const auto trainers = static_cast<std::size_t>(trainers_);
   s.pieces.assign(trainers, 0);
   s.bytes.assign(trainers, 0);
-  for (const auto& t : s.receives) {
+  for (const auto& t : receives) {
     ++s.pieces[static_cast<std::size_t>(t.peer)];
     s.bytes[static_cast<std::size_t>(t.peer)] += t.bytes;
   }
-  s.digests = pair_digests(s.receives, s.names, trainers);
-  s.messages = messages_of(s.receives, trainers);
+  s.digests = pair_digests(receives, s.names, trainers);
+  // Each parameter's TP slice, as this rank holds it: a compact tensor of its own shape.
+  const int tp = plan_.inference.tensor_parallel;
+  s.needed.resize(params.size());
+  s.shapes.resize(params.size());
+  s.strides.resize(params.size());
+  s.bytes_of.resize(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const GroupPlan& g = plan_.groups[index_->find(params[i].name)->group];
+    s.needed[i] = needed_box(g.shape, g.tp_dim, tp, worker_rank_ % tp);
+    s.shapes[i].resize(g.shape.size());
+    uint64_t n = element_size(g.dtype);
+    for (std::size_t d = 0; d < g.shape.size(); ++d) {
+      s.shapes[i][d] = s.needed[i].hi[d] - s.needed[i].lo[d];
+      n *= static_cast<uint64_t>(s.shapes[i][d]);
+    }
+    s.strides[i] = compact_strides(s.shapes[i]);
+    s.bytes_of[i] = n;
+  }
+  s.table = compile_table(
+      receives, messages_of(receives, trainers), s.names,
+      [&](const Transfer& t) {
+        PieceGeometry geo;
+        geo.strides = &s.strides[t.param];
+        geo.lo = t.piece->box.lo;
+        geo.hi = t.piece->box.hi;
+        for (std::size_t d = 0; d < geo.lo.size(); ++d) {  // the piece in this rank's slice
+          geo.lo[d] -= s.needed[t.param].lo[d];
+          geo.hi[d] -= s.needed[t.param].lo[d];
+        }
+        geo.elem = element_size(params[t.param].dtype);
+        geo.contiguous = box_is_contiguous(s.shapes[t.param], geo.lo, geo.hi);
+        return geo;
+      },
+      "from", "trainer rank");
+  const uint64_t staging = staging_bytes(s.table);
+  if (device_ >= 0) {
+    if (device_staging_.size() < staging) device_staging_ = plugins::DeviceBytes(device_, staging);
+  } else if (staging_.size() < staging) {
+    staging_.resize(staging);
+  }
+  ring_.reset(staging, s.table.packed_messages);
+  buffered_.assign(s.table.packed_messages, 0);
+  offsets_.assign(s.table.messages.size(), 0);
+  ops_.assign(s.table.messages.size(), 0);
+  places_.assign(params.size(), nullptr);
+  offered_.assign(params.size(), false);
+  own_.resize(params.size());
+  own_device_.resize(device_ >= 0 ? params.size() : 0);
   schedule_ = std::move(s);
   scheduled_ = true;
   return schedule_;
 }
 
-void M2nWorker::receive_pieces(const plugins::ParamList& list,
-                               const std::vector<Transfer>& receives,
-                               const std::vector<Message>& messages, uint32_t round,
-                               const sdk::LoaderRef& loader) {
+void M2nWorker::place(const plugins::ParamList& list, const sdk::LoaderRef& loader) {
   const auto& params = list.params;
-  const auto trainers = static_cast<std::size_t>(trainers_);
-  // Where each parameter lands: the loader's memory when it offers some, else our own.
-  const int tp = plan_.inference.tensor_parallel;
-  std::vector<Box> needed(params.size());
-  std::vector<std::vector<int64_t>> shapes(params.size());
-  std::vector<unsigned char*> place(params.size(), nullptr);
-  std::vector<bool> offered(params.size(), false);
-  std::vector<std::vector<unsigned char>> own(params.size());
-  std::vector<plugins::DeviceBytes> own_device(device_ >= 0 ? params.size() : 0);  // CUDA
-  void* const stream = device_ >= 0 ? static_cast<NcclTransfers&>(*transfers_).stream() : nullptr;
+  const Schedule& s = schedule_;
   const DLDevice here = device_ >= 0 ? DLDevice{kDLCUDA, device_} : DLDevice{kDLCPU, 0};
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const GroupPlan& g = plan_.groups[index_->find(params[i].name)->group];
-    needed[i] = needed_box(g.shape, g.tp_dim, tp, worker_rank_ % tp);
-    shapes[i].resize(g.shape.size());
-    uint64_t n = element_size(g.dtype);
-    for (std::size_t d = 0; d < g.shape.size(); ++d) {
-      shapes[i][d] = needed[i].hi[d] - needed[i].lo[d];
-      n *= static_cast<uint64_t>(shapes[i][d]);
-    }
-    ParamMeta local{params[i].name, params[i].dtype, shapes[i]};
+    ParamMeta local{params[i].name, params[i].dtype, s.shapes[i]};
     auto dst = loader.destination(local);
-    if (dst && dst->device.device_type == here.device_type &&
-        dst->device.device_id == here.device_id && is_compact(*dst)) {
-      place[i] = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
-      offered[i] = true;
+    offered_[i] = dst && dst->device.device_type == here.device_type &&
+                  dst->device.device_id == here.device_id && is_compact(*dst);
+    if (offered_[i]) {
+      places_[i] = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
     } else if (device_ >= 0) {
-      place[i] = (own_device[i] = plugins::DeviceBytes(device_, n)).data();
+      if (own_device_[i].size() != s.bytes_of[i])
+        own_device_[i] = plugins::DeviceBytes(device_, s.bytes_of[i]);
+      places_[i] = own_device_[i].data();
     } else {
-      own[i].resize(n);
-      place[i] = own[i].data();
+      own_[i].resize(s.bytes_of[i]);
+      places_[i] = own_[i].data();
     }
   }
-  // Every message, in order: a piece whose bytes lie back to back in its place straight there,
-  // the others into a buffer unpacked once it arrived; the oldest buffers are waited for and
-  // unpacked first while new ones would pass the bound on bytes in flight.
-  auto box_in_place = [&](const Transfer& t, std::vector<int64_t>& lo, std::vector<int64_t>& hi) {
-    lo = t.piece->box.lo;
-    hi = t.piece->box.hi;
-    for (std::size_t d = 0; d < lo.size(); ++d) {
-      lo[d] -= needed[t.param].lo[d];
-      hi[d] -= needed[t.param].lo[d];
+}
+
+void M2nWorker::receive_messages(uint32_t round) {
+  const RoundTable& table = schedule_.table;
+  void* const stream = device_ >= 0 ? static_cast<NcclTransfers&>(*transfers_).stream() : nullptr;
+  unsigned char* const staging = device_ >= 0 ? device_staging_.data() : staging_.data();
+  ring_.reset(ring_.capacity(), table.packed_messages);
+  // Packed messages received and not yet unpacked, oldest first: buffered_[unpacked, received).
+  std::size_t received = 0, unpacked = 0;
+  // Unpacks the oldest buffered messages, at least kParallelCopyMinBytes of them where there are
+  // (a batch several threads share), once they have arrived; their room goes back to the ring.
+  auto unpack_oldest = [&](bool all) {
+    batch_.clear();
+    uint64_t bytes = 0;
+    std::size_t end = unpacked;
+    while (end < received && (all || bytes < kParallelCopyMinBytes)) {
+      const std::size_t k = buffered_[end++];
+      const TableMessage& m = table.messages[k];
+      batch_.push_back({table.copies_of(m), staging + offsets_[k]});
+      bytes += m.bytes;
     }
-  };
-  struct Buffered {
-    std::size_t op = 0;
-    const Message* msg = nullptr;
-    std::vector<unsigned char> host;
-    plugins::DeviceBytes device;  // CUDA
-    unsigned char* data() { return device_bytes() ? device.data() : host.data(); }
-    bool device_bytes() const { return device.size() > 0; }
-    std::size_t size() const { return device_bytes() ? device.size() : host.size(); }
-  };
-  std::deque<Buffered> buffered;
-  auto unpack = [&](Buffered& b) {
-    std::size_t at = 0;
-    std::vector<int64_t> lo, hi, extent;
-    for (std::size_t i : b.msg->transfers) {
-      const Transfer& t = receives[i];
-      box_in_place(t, lo, hi);
-      extent.resize(lo.size());
-      for (std::size_t d = 0; d < lo.size(); ++d) extent[d] = hi[d] - lo[d];
-      const std::size_t elem = element_size(params[t.param].dtype);
-      const auto strides = compact_strides(shapes[t.param]);
-      unsigned char* to = place[t.param] + static_cast<std::size_t>(box_offset(strides, lo)) * elem;
-      if (device_ >= 0)  // queued after the receive on the same stream
-        copy_box_async(device_, stream, to, strides, b.data() + at, compact_strides(extent), extent,
-                       elem);
-      else
-        copy_box(to, strides, b.data() + at, compact_strides(extent), extent, elem);
-      at += t.bytes;
+    if (end == unpacked) return;
+    transfers_->wait_through(ops_[buffered_[end - 1]]);
+    if (device_ >= 0) {  // queued after the receives on the same stream; done before reuse
+      execute_copies_async(batch_, table.walks, places_, CopyDirection::kUnpack, device_, stream);
+      plugins::wait_stream(device_, stream);
+    } else {
+      execute_copies(batch_, table.walks, places_, CopyDirection::kUnpack, copy_threads_);
     }
+    for (; unpacked < end; ++unpacked) ring_.give_back_oldest();
   };
-  std::vector<uint64_t> next(trainers, 1);
-  uint64_t in_flight = 0;
   try {
-    std::vector<int64_t> lo, hi;
-    for (const Message& msg : messages) {
-      const Transfer& first = receives[msg.transfers[0]];
-      const std::string what =
-          msg.transfers.size() == 1
-              ? fmt::format("a piece of '{}' from trainer rank {}", params[first.param].name,
-                            msg.peer)
-              : fmt::format("{} pieces from '{}' on from trainer rank {}", msg.transfers.size(),
-                            params[first.param].name, msg.peer);
-      const uint64_t message = next[static_cast<std::size_t>(msg.peer)]++;
-      if (msg.transfers.size() == 1) {
-        box_in_place(first, lo, hi);
-        if (box_is_contiguous(shapes[first.param], lo, hi)) {
-          const std::size_t elem = element_size(params[first.param].dtype);
-          void* into =
-              place[first.param] +
-              static_cast<std::size_t>(box_offset(compact_strides(shapes[first.param]), lo)) * elem;
-          transfers_->post_recv(msg.peer, slot(round, message), into, msg.bytes, what);
-          continue;
-        }
+    for (std::size_t i = 0; i < table.messages.size(); ++i) {
+      const TableMessage& m = table.messages[i];
+      unsigned char* into = nullptr;
+      if (m.in_place) {
+        into = places_[m.param] + m.tensor_at;
+      } else {
+        int64_t at;
+        while ((at = ring_.take(m.bytes)) < 0) unpack_oldest(false);
+        offsets_[i] = static_cast<uint64_t>(at);
+        into = staging + at;
+        buffered_[received++] = i;
       }
-      while (!buffered.empty() && in_flight + msg.bytes > kInFlightBytes) {
-        transfers_->wait_through(buffered.front().op);
-        unpack(buffered.front());
-        // CUDA: the unpacking copies read the buffer before it is freed.
-        if (device_ >= 0) plugins::wait_stream(device_, stream);
-        in_flight -= buffered.front().size();
-        buffered.pop_front();
-      }
-      Buffered& b = buffered.emplace_back();
-      b.msg = &msg;
-      if (device_ >= 0)
-        b.device = plugins::DeviceBytes(device_, msg.bytes);
-      else
-        b.host.resize(msg.bytes);
-      b.op = transfers_->posted();
-      in_flight += msg.bytes;
-      transfers_->post_recv(msg.peer, slot(round, message), b.data(), msg.bytes, what);
+      ops_[i] = transfers_->posted();
+      transfers_->post_recv(m.peer, slot(round, m.number), into, m.bytes, m.what);
     }
     transfers_->wait_all();
   } catch (...) {
-    transfers_->discard();  // before the buffers they point at go
+    transfers_->discard();  // before the memory they point at is reused
     throw;
   }
-  for (Buffered& b : buffered) unpack(b);
+  // Every message has arrived (wait_all forgot them: nothing is waited for again).
+  batch_.clear();
+  for (; unpacked < received; ++unpacked) {
+    const std::size_t k = buffered_[unpacked];
+    batch_.push_back({table.copies_of(table.messages[k]), staging + offsets_[k]});
+  }
+  if (device_ >= 0)
+    execute_copies_async(batch_, table.walks, places_, CopyDirection::kUnpack, device_, stream);
+  else
+    execute_copies(batch_, table.walks, places_, CopyDirection::kUnpack, copy_threads_);
   if (device_ >= 0) plugins::wait_stream(device_, stream);  // every byte in place
-  std::vector<wt_tensor> views;
+}
+
+void M2nWorker::hand_over(const plugins::ParamList& list, const sdk::LoaderRef& loader) {
+  const auto& params = list.params;
+  const DLDevice here = device_ >= 0 ? DLDevice{kDLCUDA, device_} : DLDevice{kDLCPU, 0};
+  views_.clear();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    if (offered[i]) {
+    if (offered_[i]) {
       loader.written(params[i].name);
       continue;
     }
     wt_tensor t{};
     t.name = params[i].name.c_str();
-    t.tensor = DLTensor{
-        place[i], here, static_cast<int32_t>(shapes[i].size()), params[i].dtype, shapes[i].data(),
-        nullptr,  0};
-    views.push_back(t);
+    t.tensor = DLTensor{places_[i],
+                        here,
+                        static_cast<int32_t>(schedule_.shapes[i].size()),
+                        params[i].dtype,
+                        schedule_.shapes[i].data(),
+                        nullptr,
+                        0};
+    views_.push_back(t);
   }
-  if (!views.empty()) loader.load(views);
+  if (views_.empty()) return;
+  loader.load(views_);
   // CUDA: the consumer's copies out of our buffers are done before they go (the model's stream).
-  if (device_ >= 0 && !views.empty()) plugins::wait_stream(device_, stream_);
+  if (device_ >= 0) plugins::wait_stream(device_, stream_);
+  // A loader that copies out gets the round in memory of ours, given back now: between rounds
+  // the worker holds no second copy of its slice.
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!offered_[i]) {
+      std::vector<unsigned char>().swap(own_[i]);
+      if (device_ >= 0) own_device_[i] = plugins::DeviceBytes();
+    }
 }
 
 }  // namespace wt::m2n

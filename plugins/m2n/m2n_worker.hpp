@@ -12,9 +12,11 @@
 #include "m2n_plan.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
+#include "round_table.hpp"
 #include "transfers.hpp"
 
 #include <wt/sdk/host_log.hpp>
+#include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/plugin.hpp>
 
 #include <memory>
@@ -40,10 +42,12 @@ class M2nWorker final : public sdk::WorkerBase {
   template <typename Receive>
   void refusing_closes_pairs(Receive&& receive);
   void receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader);
-  // After the frames: every piece into place, then handed over to the loader.
-  void receive_pieces(const plugins::ParamList& list, const std::vector<Transfer>& receives,
-                      const std::vector<Message>& messages, uint32_t round,
-                      const sdk::LoaderRef& loader);
+  // After the frames, the round in three steps: where each parameter lands (the loader's memory
+  // where it offers some, else ours); every message posted and every packed one unpacked (the
+  // compiled table, executed); the parameters handed over.
+  void place(const plugins::ParamList& list, const sdk::LoaderRef& loader);
+  void receive_messages(uint32_t round);
+  void hand_over(const plugins::ParamList& list, const sdk::LoaderRef& loader);
   // Refuses an update that does not name exactly the planned parameters, as planned.
   void check_update(const plugins::ParamList& list) const;
   // The model the host says this worker holds, against what the plan will send this rank
@@ -64,16 +68,37 @@ class M2nWorker final : public sdk::WorkerBase {
   // for (a 1 T model, 256 trainer ranks) working it out takes seconds.
   struct Schedule {
     std::vector<std::string> names;
-    std::vector<Transfer> receives;
     std::vector<uint64_t> pieces, bytes, digests;  // per trainer rank, as its frame says them
-    std::vector<Message> messages;                 // how the pieces travel (messages_of)
+    // Per parameter: the box of it this rank holds (its TP slice), that slice's shape, compact
+    // strides and bytes.
+    std::vector<Box> needed;
+    std::vector<std::vector<int64_t>> shapes, strides;
+    std::vector<uint64_t> bytes_of;
+    RoundTable table;  // the round's messages, compiled (round_table.hpp)
   };
   const Schedule& schedule_for(const plugins::ParamList& list);
   Schedule schedule_;
   bool scheduled_ = false;
-  int device_ = -1;         // -1: host memory over Gloo pairs; else the CUDA device (NCCL)
-  void* stream_ = nullptr;  // CUDA: the model's stream, which the consumer's copies run on
-  plugins::DeviceBytes device_frames_;  // CUDA: where the frames are received
+  // What executing a round reuses, round after round: the staging ring packed messages arrive
+  // in, and where each parameter and message is.
+  StagingRing ring_;
+  std::vector<unsigned char> staging_;
+  plugins::DeviceBytes device_staging_;           // CUDA
+  std::vector<std::size_t> buffered_;             // the packed messages, in the order received
+  std::vector<uint64_t> offsets_;                 // per message: its place in the ring
+  std::vector<std::size_t> ops_;                  // per message: its posted() number
+  std::vector<unsigned char*> places_;            // per parameter: where it lands
+  std::vector<bool> offered_;                     // per parameter: in the loader's memory
+  std::vector<std::vector<unsigned char>> own_;   // per parameter not offered: ours
+  std::vector<plugins::DeviceBytes> own_device_;  // CUDA
+  std::vector<CopyBatchItem> batch_;
+  std::vector<wt_tensor> views_;
+  unsigned copy_threads_ = default_copy_threads();
+  int device_ = -1;            // -1: host memory over Gloo pairs; else the CUDA device (NCCL)
+  void* stream_ = nullptr;     // CUDA: the model's stream, which the consumer's copies run on
+  std::vector<Frame> frames_;  // the round's frames, one per trainer rank
+  std::vector<std::string> frame_whats_;  // and the names errors give them
+  plugins::DeviceBytes device_frames_;    // CUDA: where the frames are received
   std::unique_ptr<Transfers> transfers_;
 };
 

@@ -21,9 +21,9 @@ class NcclTransfers final : public Transfers {
                 std::chrono::milliseconds transfer_timeout);
 
   void post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
-                 std::string what) override;
+                 std::string_view what) override;
   void post_recv(int peer, uint64_t slot, void* data, std::size_t bytes,
-                 std::string what) override;
+                 std::string_view what) override;
   void wait_all() override;
   void wait_through(std::size_t n) override;
   std::size_t posted() const override { return ops_.size(); }
@@ -35,11 +35,11 @@ class NcclTransfers final : public Transfers {
   void* stream() const { return comm_->stream(); }
 
  private:
-  void post(bool send, int peer, void* data, std::size_t bytes, std::string what);
+  void post(bool send, int peer, void* data, std::size_t bytes, std::string_view what);
   std::unique_ptr<plugins::NcclCommunicator> comm_;
   std::chrono::milliseconds timeout_;
   std::vector<plugins::NcclCommunicator::P2p> ops_;
-  std::vector<std::string> whats_;
+  std::vector<std::string_view> whats_;
   std::size_t waited_ = 0;
   std::atomic<bool> broken_{false};
 };

@@ -48,17 +48,17 @@ std::string PairTransfers::given_up() const {
 }
 
 void PairTransfers::post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
-                              std::string what) {
-  post(true, peer, slot, const_cast<void*>(data), bytes, std::move(what));
+                              std::string_view what) {
+  post(true, peer, slot, const_cast<void*>(data), bytes, what);
 }
 
 void PairTransfers::post_recv(int peer, uint64_t slot, void* data, std::size_t bytes,
-                              std::string what) {
-  post(false, peer, slot, data, bytes, std::move(what));
+                              std::string_view what) {
+  post(false, peer, slot, data, bytes, what);
 }
 
 void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::size_t bytes,
-                         std::string what) {
+                         std::string_view what) {
   if (broken_) fail(WT_ERR_STATE, "the m2n mesh broke in an earlier round; initialise again");
   plugins::SigpipeBlocked no_sigpipe;
   // One deadline for the round's messages, not one each: a peer trickling bytes cannot stretch it.
@@ -73,7 +73,7 @@ void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::si
         op.buffer->send(peer, slot);
       else
         op.buffer->recv(peer, slot);
-      op.what = std::move(what);
+      op.what = what;
       ops_.push_back(std::move(op));
     });
   } catch (...) {

@@ -31,8 +31,9 @@ class PairTransfers final : public Transfers {
   ~PairTransfers() override;
 
   void post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
-                 std::string what) override;
-  void post_recv(int peer, uint64_t slot, void* data, std::size_t bytes, std::string what) override;
+                 std::string_view what) override;
+  void post_recv(int peer, uint64_t slot, void* data, std::size_t bytes,
+                 std::string_view what) override;
   void wait_all() override;
   void wait_through(std::size_t n) override;
   std::size_t posted() const override { return ops_.size(); }
@@ -49,9 +50,10 @@ class PairTransfers final : public Transfers {
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
     bool send = false;
     int peer = -1;
-    std::string what;
+    std::string_view what;
   };
-  void post(bool send, int peer, uint64_t slot, void* data, std::size_t bytes, std::string what);
+  void post(bool send, int peer, uint64_t slot, void* data, std::size_t bytes,
+            std::string_view what);
   void clear();
   std::shared_ptr<gloo::rendezvous::Context> mesh_;
   std::chrono::milliseconds timeout_;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace wt::m2n {
 
@@ -19,12 +20,12 @@ class Transfers {
   virtual ~Transfers() = default;
 
   // `peer` is a mesh rank; `what` names the message in errors ("piece 2 of 'w' from trainer
-  // rank 1"). The memory (the transport's: host or CUDA) must stay valid until the message was
-  // waited for, or discard() ran.
+  // rank 1"). The memory (the transport's: host or CUDA) and the text of `what` must stay valid
+  // until the message was waited for, or discard() ran (a round's table owns both).
   virtual void post_send(int peer, uint64_t slot, const void* data, std::size_t bytes,
-                         std::string what) = 0;
+                         std::string_view what) = 0;
   virtual void post_recv(int peer, uint64_t slot, void* data, std::size_t bytes,
-                         std::string what) = 0;
+                         std::string_view what) = 0;
   // Waits for every message posted since the last wait_all, in order; throws sdk::Error naming
   // the first that failed (WT_ERR_TIMEOUT: its peer did not take part within the deadline or went
   // away; WT_ERR_ABORTED). Every posted message is forgotten either way.

@@ -38,12 +38,10 @@ inline constexpr std::size_t kParallelCopyMinBytes = std::size_t{32} << 20;
 
 namespace detail {
 
-// Calls copy(begin, end) for byte ranges of the batch seen as one concatenated stream, `threads`
-// ranges at a time at most, and returns when every call has returned.
+// Calls copy(begin, end) for byte ranges of [0, total), `threads` ranges at a time at most, and
+// returns when every call has returned.
 template <typename F>
-void split_stream(const std::vector<CopyJob>& jobs, unsigned threads, F&& copy) {
-  std::size_t total = 0;
-  for (const auto& j : jobs) total += j.n;
+void split_range(std::size_t total, unsigned threads, F&& copy) {
   if (threads <= 1 || total < kParallelCopyMinBytes) {
     copy(std::size_t{0}, total);
     return;
@@ -65,6 +63,14 @@ void split_stream(const std::vector<CopyJob>& jobs, unsigned threads, F&& copy) 
   }
   for (auto [begin, end] : mine) copy(begin, end);
 }  // helpers join as they go out of scope
+
+// split_range over the bytes of the batch seen as one concatenated stream.
+template <typename F>
+void split_stream(const std::vector<CopyJob>& jobs, unsigned threads, F&& copy) {
+  std::size_t total = 0;
+  for (const auto& j : jobs) total += j.n;
+  split_range(total, threads, std::forward<F>(copy));
+}
 
 // Copies bytes [begin, end) of the stream, one memcpy-like call per job piece; stops at the first
 // piece for which copy_piece returns false and returns that job's index.
