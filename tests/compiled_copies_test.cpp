@@ -90,7 +90,7 @@ void check_batch(std::mt19937& rng, std::vector<Tensor>& tensors, std::size_t me
                   static_cast<uint64_t>(t.shape[0] * (t.shape[1] - 2)) * t.elem};
       }
       copies.push_back(
-          compile_copy(static_cast<uint32_t>(p), t.strides, b.lo, b.hi, t.elem, at, walks));
+          compile_copy(static_cast<uint32_t>(p), t.strides, b.lo, b.hi, t.elem, walks));
       EXPECT_EQ(copies.back().bytes(), b.bytes);
       want[m].resize(at + b.bytes);
       copy_box(want[m].data() + at, compact_strides(b.extent),
@@ -160,19 +160,19 @@ TEST(CompiledCopies, ABatchSplitAcrossThreadsSplitsInsideRunsAndBoxes) {
 TEST(CompiledCopies, DimensionsMergeIntoOneRunWhereTheyLieBackToBack) {
   CopyWalks walks;
   // Whole rows of a compact [8, 16] tensor: one run of 3 rows.
-  auto rows = compile_copy(0, {16, 1}, {2, 0}, {5, 16}, 4, 0, walks);
+  auto rows = compile_copy(0, {16, 1}, {2, 0}, {5, 16}, 4, walks);
   EXPECT_EQ(rows.run, 3u * 16 * 4);
   EXPECT_EQ(rows.runs, 1u);
   EXPECT_EQ(rows.walk_dims, 0u);
   EXPECT_EQ(rows.tensor_at, 2u * 16 * 4);
   // A column slice (TP along dimension 1): a run per row, walked at the row pitch.
-  auto cols = compile_copy(0, {16, 1}, {0, 4}, {8, 12}, 2, 0, walks);
+  auto cols = compile_copy(0, {16, 1}, {0, 4}, {8, 12}, 2, walks);
   EXPECT_EQ(cols.run, 8u * 2);
   EXPECT_EQ(cols.runs, 8u);
   ASSERT_EQ(cols.walk_dims, 1u);
   EXPECT_EQ(walks.dims[cols.walk_at].pitch, 16 * 2);
   // An empty box moves nothing.
-  EXPECT_EQ(compile_copy(0, {16, 1}, {3, 0}, {3, 16}, 2, 0, walks).bytes(), 0u);
+  EXPECT_EQ(compile_copy(0, {16, 1}, {3, 0}, {3, 16}, 2, walks).bytes(), 0u);
 }
 
 TEST(StagingRing, HandsOutRoomFirstInFirstOutWrappingAndNeverOverlapping) {

@@ -11,10 +11,9 @@ namespace wt::m2n {
 
 CompiledCopy compile_copy(uint32_t param, const std::vector<int64_t>& strides,
                           const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
-                          std::size_t elem, uint64_t buffer_at, CopyWalks& walks) {
+                          std::size_t elem, CopyWalks& walks) {
   CompiledCopy c;
   c.param = param;
-  c.buffer_at = buffer_at;
   int64_t first = 0;
   for (std::size_t d = 0; d < lo.size(); ++d) first += lo[d] * strides[d];
   c.tensor_at = static_cast<uint64_t>(first) * elem;
@@ -40,8 +39,12 @@ CompiledCopy compile_copy(uint32_t param, const std::vector<int64_t>& strides,
     outer.push_back({extent, pitch});
     c.runs *= static_cast<uint64_t>(extent);
   }
-  walks.dims.insert(walks.dims.end(), outer.rbegin(), outer.rend());
+  std::reverse(outer.begin(), outer.end());  // outermost first
   c.walk_dims = static_cast<uint32_t>(outer.size());
+  if (outer.empty()) return c;
+  auto [it, fresh] = walks.known.try_emplace(outer, static_cast<uint32_t>(walks.dims.size()));
+  if (fresh) walks.dims.insert(walks.dims.end(), outer.begin(), outer.end());
+  c.walk_at = it->second;
   return c;
 }
 
@@ -64,7 +67,7 @@ template <typename Move>
 void walk_copy(const CompiledCopy& c, const CopyWalks::Dim* walk, unsigned char* tensor,
                unsigned char* buffer, uint64_t from, uint64_t to, Move&& move) {
   unsigned char* const box = tensor + c.tensor_at;
-  unsigned char* const buf = buffer + c.buffer_at;
+  unsigned char* const buf = buffer;
   uint64_t k = from / c.run, at = from;
   // The odometer of run k, advanced run by run instead of divided out again.
   int64_t digits[16] = {};
@@ -96,19 +99,23 @@ void walk_copy(const CompiledCopy& c, const CopyWalks::Dim* walk, unsigned char*
   }
 }
 
-// Calls each(item, copy, from, to) for the parts of the batch's copies within bytes [begin, end)
-// of the batch seen as one stream (items in order, each item's copies in order).
+// Calls each(copy, its first buffer byte, from, to) for the parts of the batch's copies within
+// bytes [begin, end) of the batch seen as one stream (items in order, each item's copies in order,
+// back to back in its buffer).
 template <typename Each>
 void for_range(std::span<const CopyBatchItem> batch, uint64_t begin, uint64_t end, Each&& each) {
   uint64_t pos = 0;
-  for (const CopyBatchItem& item : batch)
+  for (const CopyBatchItem& item : batch) {
+    unsigned char* buffer = item.buffer;
     for (const CompiledCopy& c : item.copies) {
       const uint64_t n = c.bytes();
       const uint64_t lo = std::max(begin, pos), hi = std::min(end, pos + n);
-      if (lo < hi) each(item, c, lo - pos, hi - pos);
+      if (lo < hi) each(c, buffer, lo - pos, hi - pos);
       pos += n;
+      buffer += n;
       if (pos >= end) return;
     }
+  }
 }
 
 }  // namespace
@@ -122,8 +129,8 @@ void execute_copies(std::span<const CopyBatchItem> batch, const CopyWalks& walks
   const bool pack = direction == CopyDirection::kPack;
   detail::split_range(total, threads, [&](std::size_t begin, std::size_t end) {
     for_range(batch, begin, end,
-              [&](const CopyBatchItem& item, const CompiledCopy& c, uint64_t from, uint64_t to) {
-                walk_copy(c, walks.dims.data() + c.walk_at, tensors[c.param], item.buffer, from, to,
+              [&](const CompiledCopy& c, unsigned char* buffer, uint64_t from, uint64_t to) {
+                walk_copy(c, walks.dims.data() + c.walk_at, tensors[c.param], buffer, from, to,
                           [pack](unsigned char* t, unsigned char* b, uint64_t n) {
                             if (pack)
                               std::memcpy(b, t, n);
@@ -138,15 +145,19 @@ void execute_copies_async(std::span<const CopyBatchItem> batch, const CopyWalks&
                           std::span<unsigned char* const> tensors, CopyDirection direction,
                           int device, void* stream) {
   const bool pack = direction == CopyDirection::kPack;
-  for (const CopyBatchItem& item : batch)
-    for (const CompiledCopy& c : item.copies)
-      walk_copy(c, walks.dims.data() + c.walk_at, tensors[c.param], item.buffer, 0, c.bytes(),
+  for (const CopyBatchItem& item : batch) {
+    unsigned char* buffer = item.buffer;
+    for (const CompiledCopy& c : item.copies) {
+      walk_copy(c, walks.dims.data() + c.walk_at, tensors[c.param], buffer, 0, c.bytes(),
                 [&](unsigned char* t, unsigned char* b, uint64_t n) {
                   if (pack)
                     plugins::copy_async(device, b, t, n, stream);
                   else
                     plugins::copy_async(device, t, b, n, stream);
                 });
+      buffer += c.bytes();
+    }
+  }
 }
 
 }  // namespace wt::m2n

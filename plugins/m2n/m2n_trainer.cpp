@@ -360,19 +360,7 @@ const RoundTable& M2nTrainer::table_for(const std::vector<wt_tensor>& tensors) {
   table_ = compile_table(
       sends_, messages_, names_,
       [this](const Transfer& t) {
-        const ParamMeta& m = meta_[t.param];
-        PieceGeometry g;
-        g.strides = &table_strides_[t.param];
-        g.lo = t.piece->box.lo;
-        g.hi = t.piece->box.hi;
-        if (m.sharded()) {  // the piece in this rank's slice
-          g.lo[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
-          g.hi[static_cast<std::size_t>(m.shard_dim)] -= m.shard_offset;
-        }
-        g.elem = element_size(m.dtype);
-        g.contiguous =
-            *g.strides == compact_[t.param] && box_is_contiguous(m.local_shape(), g.lo, g.hi);
-        return g;
+        return sender_geometry(t, meta_[t.param], table_strides_[t.param], compact_[t.param]);
       },
       "to", "worker rank");
   const uint64_t staging = staging_bytes(table_);

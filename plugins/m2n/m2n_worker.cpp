@@ -326,17 +326,8 @@ const M2nWorker::Schedule& M2nWorker::schedule_for(const plugins::ParamList& lis
   s.table = compile_table(
       receives, messages_of(receives, trainers), s.names,
       [&](const Transfer& t) {
-        PieceGeometry geo;
-        geo.strides = &s.strides[t.param];
-        geo.lo = t.piece->box.lo;
-        geo.hi = t.piece->box.hi;
-        for (std::size_t d = 0; d < geo.lo.size(); ++d) {  // the piece in this rank's slice
-          geo.lo[d] -= s.needed[t.param].lo[d];
-          geo.hi[d] -= s.needed[t.param].lo[d];
-        }
-        geo.elem = element_size(params[t.param].dtype);
-        geo.contiguous = box_is_contiguous(s.shapes[t.param], geo.lo, geo.hi);
-        return geo;
+        return receiver_geometry(t, params[t.param].dtype, s.needed[t.param], s.shapes[t.param],
+                                 s.strides[t.param]);
       },
       "from", "trainer rank");
   const uint64_t staging = staging_bytes(s.table);

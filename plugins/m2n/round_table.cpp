@@ -1,10 +1,46 @@
 #include "round_table.hpp"
 
+#include "box_copy.hpp"
+
+#include <wt/dtype.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
 
 namespace wt::m2n {
+
+PieceGeometry sender_geometry(const Transfer& t, const ParamMeta& meta,
+                              const std::vector<int64_t>& strides,
+                              const std::vector<int64_t>& compact) {
+  PieceGeometry g;
+  g.strides = &strides;
+  g.lo = t.piece->box.lo;
+  g.hi = t.piece->box.hi;
+  if (meta.sharded()) {  // the piece in this rank's slice
+    g.lo[static_cast<std::size_t>(meta.shard_dim)] -= meta.shard_offset;
+    g.hi[static_cast<std::size_t>(meta.shard_dim)] -= meta.shard_offset;
+  }
+  g.elem = element_size(meta.dtype);
+  g.contiguous = strides == compact && box_is_contiguous(meta.local_shape(), g.lo, g.hi);
+  return g;
+}
+
+PieceGeometry receiver_geometry(const Transfer& t, DLDataType dtype, const Box& needed,
+                                const std::vector<int64_t>& shape,
+                                const std::vector<int64_t>& strides) {
+  PieceGeometry g;
+  g.strides = &strides;
+  g.lo = t.piece->box.lo;
+  g.hi = t.piece->box.hi;
+  for (std::size_t d = 0; d < g.lo.size(); ++d) {  // the piece in this rank's slice
+    g.lo[d] -= needed.lo[d];
+    g.hi[d] -= needed.lo[d];
+  }
+  g.elem = element_size(dtype);
+  g.contiguous = box_is_contiguous(shape, g.lo, g.hi);
+  return g;
+}
 
 RoundTable compile_table(const std::vector<Transfer>& transfers,
                          const std::vector<Message>& messages,
@@ -39,19 +75,18 @@ RoundTable compile_table(const std::vector<Transfer>& transfers,
       }
     }
     m.copies_at = static_cast<uint32_t>(table.copies.size());
-    uint64_t at = 0;
     for (std::size_t i : msg.transfers) {
       const Transfer& t = transfers[i];
       const PieceGeometry g = geometry(t);
       table.copies.push_back(compile_copy(static_cast<uint32_t>(t.param), *g.strides, g.lo, g.hi,
-                                          g.elem, at, table.walks));
-      at += t.bytes;
+                                          g.elem, table.walks));
     }
     m.copies = static_cast<uint32_t>(msg.transfers.size());
     table.packed_bytes += m.bytes;
     table.largest_packed = std::max(table.largest_packed, m.bytes);
     ++table.packed_messages;
   }
+  table.walks.known.clear();  // only compiling looks walks up
   return table;
 }
 

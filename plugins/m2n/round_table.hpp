@@ -11,6 +11,8 @@
 #include "compiled_copies.hpp"
 #include "m2n_schedule.hpp"
 
+#include <wt/tensor.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -52,6 +54,17 @@ struct PieceGeometry {
   std::size_t elem = 0;
   bool contiguous = false;
 };
+
+// A trainer rank's piece in the slice of the parameter it holds (`meta`: its shard, if any),
+// whose elements are `strides` apart; `compact`: the slice's compact strides.
+PieceGeometry sender_geometry(const Transfer& t, const ParamMeta& meta,
+                              const std::vector<int64_t>& strides,
+                              const std::vector<int64_t>& compact);
+// A worker rank's piece in its TP slice of the parameter: the box `needed` of the full tensor,
+// held as a compact tensor of `shape` (`strides`, compact).
+PieceGeometry receiver_geometry(const Transfer& t, DLDataType dtype, const Box& needed,
+                                const std::vector<int64_t>& shape,
+                                const std::vector<int64_t>& strides);
 
 // `peer_name`: "worker rank" or "trainer rank"; `toward`: "to" or "from". A message of one piece
 // whose bytes lie back to back in the tensor is in place when the plan says so at both ends
