@@ -2,6 +2,7 @@
 
 #include <wt/error.hpp>
 #include <wt/init_info.hpp>
+#include <wt/services/world_size.hpp>
 #include <wt/services/yaml_json.hpp>
 
 #include <fmt/format.h>
@@ -266,21 +267,16 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
 }  // namespace
 
 bool world_size_from_receivers(const LaunchConfig& cfg) {
-  const auto& ii = cfg.init_info;
-  if (ii.contains("world_size")) return false;
-  // A rendezvous (host memory) or an NCCL domain (device "cuda:N"): both count their ranks.
-  const auto device = ii.find("device");
-  return ii.contains("master_address") || (device != ii.end() && device->is_string() &&
-                                           device->get<std::string>().rfind("cuda:", 0) == 0);
+  return wt::world_size_from_receivers(cfg.init_info);
 }
 
 nlohmann::json init_info_for(const LaunchConfig& cfg,
                              const std::vector<int>& receiver_world_sizes) {
   auto fields = cfg.init_info;
   if (world_size_from_receivers(cfg)) {
-    int n = 1;
+    int n = 0;
     for (int w : receiver_world_sizes) n += w;
-    fields["world_size"] = n;
+    fields["world_size"] = world_size_of(n);
   }
   return fields;
 }

@@ -1,7 +1,8 @@
 // m2n's compiled box copies and staging ring (compiled_copies.hpp, round_table.hpp): every box of
-// strided tensors, packed and unpacked by the compiled walk on 1 to 4 threads, byte-for-byte what
-// the reference walk (box_copy.hpp) moves; batches large enough to be split across threads split
-// inside runs and inside boxes; the ring hands out room first in, first out and never overlaps.
+// strided tensors, packed and unpacked by the compiled walk, byte-for-byte what the reference walk
+// (box_copy.hpp) moves (small batches: one thread); batches over the threshold, split across 2 or
+// 3 threads inside runs and inside boxes, walks of one and two dimensions; the ring hands out
+// aligned room first in, first out and never overlaps.
 #include "compiled_copies.hpp"
 #include "box_copy.hpp"
 #include "round_table.hpp"
@@ -78,16 +79,21 @@ void check_batch(std::mt19937& rng, std::vector<Tensor>& tensors, std::size_t me
   for (std::size_t m = 0; m < messages; ++m) {
     const std::size_t first = copies.size();
     uint64_t at = 0;
-    const std::size_t count = 1 + rng() % 3;
+    const std::size_t count = tp_slices ? 2 : 1 + rng() % 3;
     for (std::size_t k = 0; k < count && next < order.size(); ++k) {
       const std::size_t p = order[next++];
       const Tensor& t = tensors[p];
       BoxOf b = random_box(rng, t);
-      if (tp_slices) {  // every row, all but the first and last column: a run per row
-        b = BoxOf{{0, 1},
-                  {t.shape[0], t.shape[1] - 1},
-                  {t.shape[0], t.shape[1] - 2},
-                  static_cast<uint64_t>(t.shape[0] * (t.shape[1] - 2)) * t.elem};
+      if (tp_slices) {  // all of dim 0, all but the first and last of every other dim: walked
+        b = BoxOf{};
+        b.bytes = t.elem;
+        for (std::size_t d = 0; d < t.shape.size(); ++d) {
+          const int64_t lo = d == 0 ? 0 : 1, hi = d == 0 ? t.shape[d] : t.shape[d] - 1;
+          b.lo.push_back(lo);
+          b.hi.push_back(hi);
+          b.extent.push_back(hi - lo);
+          b.bytes *= static_cast<uint64_t>(hi - lo);
+        }
       }
       copies.push_back(
           compile_copy(static_cast<uint32_t>(p), t.strides, b.lo, b.hi, t.elem, walks));
@@ -106,6 +112,11 @@ void check_batch(std::mt19937& rng, std::vector<Tensor>& tensors, std::size_t me
   for (std::size_t m = 0; m < messages; ++m)
     batch.push_back(
         {std::span(copies).subspan(ranges[m].first, ranges[m].second), buffers[m].data()});
+  uint64_t total = 0;
+  for (const auto& c : copies) total += c.bytes();
+  if (tp_slices) {  // the point of it: over the threshold, so that the threads share it
+    EXPECT_GE(total, wt::kParallelCopyMinBytes);
+  }
   std::vector<unsigned char*> bases;
   for (auto& t : tensors) bases.push_back(t.bytes.data());
   execute_copies(batch, walks, bases, CopyDirection::kPack, threads);
@@ -155,6 +166,18 @@ TEST(CompiledCopies, ABatchSplitAcrossThreadsSplitsInsideRunsAndBoxes) {
   }
   ASSERT_GE(boxed, wt::kParallelCopyMinBytes);
   for (unsigned threads : {2u, 3u}) check_batch(rng, tensors, 2, threads, true);
+  // Three dimensions, padded in two: a walk of two dimensions, whose odometer starts mid-box.
+  tensors.clear();
+  for (int k = 0; k < 4; ++k) {
+    Tensor t;
+    t.elem = 2;
+    t.shape = {64 + k, 301, 257};
+    t.strides = {301 * (257 + 5) + 7, 257 + 5, 1};
+    t.bytes.resize(static_cast<std::size_t>(t.shape[0] * t.strides[0]) * t.elem);
+    for (auto& b : t.bytes) b = static_cast<unsigned char>(rng());
+    tensors.push_back(std::move(t));
+  }
+  check_batch(rng, tensors, 2, 3, true);
 }
 
 TEST(CompiledCopies, DimensionsMergeIntoOneRunWhereTheyLieBackToBack) {
@@ -176,21 +199,22 @@ TEST(CompiledCopies, DimensionsMergeIntoOneRunWhereTheyLieBackToBack) {
 }
 
 TEST(StagingRing, HandsOutRoomFirstInFirstOutWrappingAndNeverOverlapping) {
+  constexpr int64_t k = StagingRing::kAlign;  // messages start on multiples of it
   StagingRing ring;
-  ring.reset(100, 8);
-  EXPECT_EQ(ring.take(101), -1);  // larger than the ring: never
-  EXPECT_EQ(ring.take(40), 0);
-  EXPECT_EQ(ring.take(40), 40);
-  EXPECT_EQ(ring.take(30), -1);  // 20 left at the end, the start is live
-  ring.give_back_oldest();       // [0, 40) free
-  EXPECT_EQ(ring.take(30), 0);   // wraps
-  EXPECT_EQ(ring.take(11), -1);  // [30, 40) is all there is before the oldest
-  EXPECT_EQ(ring.take(10), 30);
-  ring.give_back_oldest();  // [40, 80) free; live: [0, 40)
+  ring.reset(100 * k, 8);
+  EXPECT_EQ(ring.take(100 * k + 1), -1);  // larger than the ring: never
+  EXPECT_EQ(ring.take(40 * k), 0);
+  EXPECT_EQ(ring.take(40 * k - 3), 40 * k);
+  EXPECT_EQ(ring.take(30 * k), -1);      // 20 k left at the end, the start is live
+  ring.give_back_oldest();               // [0, 40 k) free
+  EXPECT_EQ(ring.take(30 * k), 0);       // wraps
+  EXPECT_EQ(ring.take(10 * k + 1), -1);  // [30 k, 40 k) is all there is before the oldest
+  EXPECT_EQ(ring.take(10 * k), 30 * k);
+  ring.give_back_oldest();
   ring.give_back_oldest();
   ring.give_back_oldest();
   EXPECT_TRUE(ring.empty());
-  EXPECT_EQ(ring.take(100), 0);  // empty: the whole ring
+  EXPECT_EQ(ring.take(100 * k), 0);  // empty: the whole ring
   // Random FIFO traffic: live ranges never overlap and stay inside the ring.
   std::mt19937 rng(3);
   ring.reset(1000, 64);
@@ -208,6 +232,7 @@ TEST(StagingRing, HandsOutRoomFirstInFirstOutWrappingAndNeverOverlapping) {
       continue;
     }
     ASSERT_LE(at + n, 1000);
+    ASSERT_EQ(at % StagingRing::kAlign, 0) << "a message not on a cache line";
     for (auto [a, b] : live) ASSERT_TRUE(at + n <= a || b <= at) << "overlap";
     live.emplace_back(at, at + n);
   }

@@ -348,7 +348,8 @@ const RoundTable& M2nTrainer::table_for(const std::vector<wt_tensor>& tensors) {
     const DLTensor& t = tensors[p].tensor;
     const auto& want = table_strides_[p];
     same = t.strides == nullptr ? want == compact_[p]
-                                : std::equal(want.begin(), want.end(), t.strides);
+                                : t.ndim == static_cast<int32_t>(want.size()) &&
+                                      std::equal(want.begin(), want.end(), t.strides);
   }
   if (same) return table_;
   tabled_ = false;
@@ -379,6 +380,9 @@ const RoundTable& M2nTrainer::table_for(const std::vector<wt_tensor>& tensors) {
 }
 
 void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t round) {
+  // Compiled (the first round, or strides that changed) before the first post starts the round's
+  // deadline: at the 1 T layout's scale that takes seconds in which no byte moves.
+  const RoundTable& table = table_for(tensors);
   const auto workers = pair_bytes_.size();
   frames_.resize(workers);
   for (std::size_t w = 0; w < workers; ++w)
@@ -396,7 +400,6 @@ void M2nTrainer::post_round(const std::vector<wt_tensor>& tensors, uint32_t roun
   for (std::size_t w = 0; w < workers; ++w)
     transfers_->post_send(ranks_ + static_cast<int>(w), slot(round, 0),
                           frame_bytes + w * kFrameBytes, kFrameBytes, frame_whats_[w]);
-  const RoundTable& table = table_for(tensors);
   for (std::size_t p = 0; p < tensors.size(); ++p)
     bases_[p] = static_cast<unsigned char*>(tensors[p].tensor.data) + tensors[p].tensor.byte_offset;
   unsigned char* const staging = cuda_device_ >= 0 ? device_staging_.data() : staging_.data();

@@ -365,8 +365,8 @@ void M2nWorker::place(const plugins::ParamList& list, const sdk::LoaderRef& load
         own_device_[i] = plugins::DeviceBytes(device_, s.bytes_of[i]);
       places_[i] = own_device_[i].data();
     } else {
-      own_[i].resize(s.bytes_of[i]);
-      places_[i] = own_[i].data();
+      own_[i] = std::make_unique_for_overwrite<unsigned char[]>(s.bytes_of[i]);  // no zero fill
+      places_[i] = own_[i].get();
     }
   }
 }
@@ -462,7 +462,7 @@ void M2nWorker::hand_over(const plugins::ParamList& list, const sdk::LoaderRef& 
   // the worker holds no second copy of its slice.
   for (std::size_t i = 0; i < params.size(); ++i)
     if (!offered_[i]) {
-      std::vector<unsigned char>().swap(own_[i]);
+      own_[i].reset();
       if (device_ >= 0) own_device_[i] = plugins::DeviceBytes();
     }
 }

@@ -83,14 +83,14 @@ class M2nWorker final : public sdk::WorkerBase {
   // in, and where each parameter and message is.
   StagingRing ring_;
   std::vector<unsigned char> staging_;
-  plugins::DeviceBytes device_staging_;           // CUDA
-  std::vector<std::size_t> buffered_;             // the packed messages, in the order received
-  std::vector<uint64_t> offsets_;                 // per message: its place in the ring
-  std::vector<std::size_t> ops_;                  // per message: its posted() number
-  std::vector<unsigned char*> places_;            // per parameter: where it lands
-  std::vector<bool> offered_;                     // per parameter: in the loader's memory
-  std::vector<std::vector<unsigned char>> own_;   // per parameter not offered: ours
-  std::vector<plugins::DeviceBytes> own_device_;  // CUDA
+  plugins::DeviceBytes device_staging_;                // CUDA
+  std::vector<std::size_t> buffered_;                  // the packed messages, in the order received
+  std::vector<uint64_t> offsets_;                      // per message: its place in the ring
+  std::vector<std::size_t> ops_;                       // per message: its posted() number
+  std::vector<unsigned char*> places_;                 // per parameter: where it lands
+  std::vector<bool> offered_;                          // per parameter: in the loader's memory
+  std::vector<std::unique_ptr<unsigned char[]>> own_;  // per parameter not offered: ours
+  std::vector<plugins::DeviceBytes> own_device_;       // CUDA
   std::vector<CopyBatchItem> batch_;
   std::vector<wt_tensor> views_;
   unsigned copy_threads_ = default_copy_threads();

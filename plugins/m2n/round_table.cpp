@@ -101,15 +101,17 @@ int64_t StagingRing::take(uint64_t n) {
   uint64_t at = 0;
   if (count_ > 0) {
     const uint64_t oldest = entries_[first_].at;
-    const uint64_t head = entries_[(first_ + count_ - 1) % entries_.size()].end;
-    if (head > oldest) {  // live bytes in [oldest, head)
+    // Each message starts on a cache line: the copy threads' shares stay aligned.
+    const uint64_t end = entries_[(first_ + count_ - 1) % entries_.size()].end;
+    const uint64_t head = (end + kAlign - 1) / kAlign * kAlign;
+    if (end > oldest) {  // live bytes in [oldest, end)
       if (head + n <= capacity_)
         at = head;
       else if (n <= oldest)
         at = 0;  // wraps: the start is free up to the oldest
       else
         return -1;
-    } else {  // wrapped: live bytes in [oldest, capacity) and [0, head)
+    } else {  // wrapped: live bytes in [oldest, capacity) and [0, end)
       if (head + n > oldest) return -1;
       at = head;
     }

@@ -81,6 +81,7 @@ RoundTable compile_table(const std::vector<Transfer>& transfers,
 // has room for a message up to its capacity.
 class StagingRing {
  public:
+  static constexpr uint64_t kAlign = 64;  // where a message may start: a multiple of this
   void reset(uint64_t capacity, std::size_t max_entries);
   uint64_t capacity() const { return capacity_; }
   // The offset of `n` bytes of room, or -1 while there is none.

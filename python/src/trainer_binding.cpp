@@ -4,6 +4,7 @@
 #include "dlpack_bridge.hpp"
 #include "py_client.hpp"
 #include "py_errors.hpp"
+#include "py_group.hpp"
 #include "py_json.hpp"
 #include "py_receiver.hpp"
 #include "py_source.hpp"
@@ -15,11 +16,13 @@
 #include <wt/services/fan_out_client.hpp>
 #include <wt/services/http_client.hpp>
 #include <wt/services/receiver.hpp>
+#include <wt/services/world_size.hpp>
 
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,6 +45,9 @@ struct ClientChoice {
   std::unique_ptr<Client> made;  // fan-out, in-process or Python
   py::object keep;               // the Python object behind it, kept alive
   Client* client = nullptr;
+  // The worker ranks behind it (vLLM's /get_world_size, summed over a fan-out's replicas), asked
+  // only when the init info needs a world_size (GIL held).
+  std::function<int()> world;
 };
 
 ClientChoice choose_client(py::object client, CallbackFailures& failures) {
@@ -53,14 +59,24 @@ ClientChoice choose_client(py::object client, CallbackFailures& failures) {
       if (!py::isinstance<py::str>(h) && !py::isinstance<HttpClient>(h)) return false;
     return py::len(client) > 0;
   };
+  auto ask = [](HttpClient* h) {
+    return [h] {
+      py::gil_scoped_release r;
+      return h->world_size();
+    };
+  };
   if (py::isinstance<py::str>(client)) {
     c.owned.push_back(std::make_unique<HttpClient>(client.cast<std::string>()));
     c.client = c.owned.back().get();
+    c.world = ask(c.owned.back().get());
   } else if (py::isinstance<HttpClient>(client)) {
     c.client = &client.cast<HttpClient&>();
+    c.world = ask(&client.cast<HttpClient&>());
   } else if (py::isinstance<PyReceiver>(client)) {
-    c.made = std::make_unique<InProcessClient>(client.cast<PyReceiver&>().receiver());
+    Receiver& receiver = client.cast<PyReceiver&>().receiver();
+    c.made = std::make_unique<InProcessClient>(receiver);
     c.client = c.made.get();
+    c.world = [&receiver] { return receiver.world_size(); };
   } else if (is_url_list()) {
     std::vector<FanOutClient::Replica> replicas;
     std::vector<HttpClient*> clients;
@@ -76,20 +92,35 @@ ClientChoice choose_client(py::object client, CallbackFailures& failures) {
       py::gil_scoped_release r;
       for (HttpClient* h : clients) replicas.push_back({h, h->world_size(), h->base_url()});
     }
-    c.made = std::make_unique<FanOutClient>(std::move(replicas));
+    auto fan_out = std::make_unique<FanOutClient>(std::move(replicas));
+    c.world = [f = fan_out.get()] { return f->world_size(); };
+    c.made = std::move(fan_out);
     c.client = c.made.get();
   } else {
     c.made = std::make_unique<PyClient>(client, failures);
     c.client = c.made.get();
+    c.world = [client] {
+      if (!py::hasattr(client, "get_world_size"))
+        throw Error(WT_ERR_INVALID_ARGUMENT,
+                    "init_info has no world_size, and the client has no get_world_size() to "
+                    "count its worker ranks: give init_info['world_size'] (1 + the worker ranks) "
+                    "or a client with get_world_size()");
+      return client.attr("get_world_size")().cast<int>();
+    };
   }
   return c;
 }
 
 class PyTrainer {
  public:
-  PyTrainer(py::object info, py::object client, py::object source, py::object metadata) {
-    const InitInfo init = InitInfo::from_json(json_text(info, "init_info"), "init_info");
+  PyTrainer(py::object info, py::object client, py::object source, py::object metadata,
+            py::object group) {
+    nlohmann::json fields = json_object(info, "init_info");
     client_ = choose_client(std::move(client), failures_);
+    // As `wt launch` does: the trainer plus every worker rank behind the client.
+    if (world_size_from_receivers(fields)) fields["world_size"] = world_size_of(client_.world());
+    if (!group.is_none()) group_ = std::make_unique<PyTrainerGroup>(std::move(group), failures_);
+    const InitInfo init = InitInfo::from_object(fields, "init_info");
     WeightSource* from = nullptr;
     if (py::isinstance<PinnedSource>(source)) {
       pinned_ = source;  // kept alive with the engine
@@ -100,7 +131,7 @@ class PyTrainer {
     }
     try {
       py::gil_scoped_release r;
-      engine_ = trainer_init(init, *client_.client, from);
+      engine_ = trainer_init(init, *client_.client, from, group_.get());
     } catch (const Error& e) {
       raise(e, failures_.take());
     }
@@ -159,6 +190,7 @@ class PyTrainer {
   ClientChoice client_;
   std::unique_ptr<PySource> source_;
   py::object pinned_;                      // a wt.PinnedSource given as the source
+  std::unique_ptr<PyTrainerGroup> group_;  // the trainer ranks, when several
   std::unique_ptr<TrainerEngine> engine_;  // last: goes first
 };
 
@@ -220,8 +252,9 @@ void bind_trainer(py::module_& m) {
       .def("__len__", [](PinnedSource& s) { return s.metadata().size(); });
 
   py::class_<PyTrainer>(m, "TrainerEngine", "A trainer-side engine; made by wt.trainer_init.")
-      .def(py::init<py::object, py::object, py::object, py::object>(), py::arg("init_info"),
-           py::arg("client"), py::arg("source") = py::none(), py::arg("metadata") = py::none())
+      .def(py::init<py::object, py::object, py::object, py::object, py::object>(),
+           py::arg("init_info"), py::arg("client"), py::arg("source") = py::none(),
+           py::arg("metadata") = py::none(), py::arg("group") = py::none())
       .def("send_weights", &PyTrainer::send_weights, py::arg("weight_version") = py::none(),
            py::arg("patches") = py::none())
       .def("abort", &PyTrainer::abort)

@@ -15,6 +15,7 @@ Inference side: :class:`WorkerEngine` (a backend's worker, loading into a Python
 import atexit as _atexit
 import json as _json
 import os as _os
+import sys as _sys
 import shutil as _shutil
 import subprocess as _subprocess
 import tempfile as _tempfile
@@ -76,7 +77,65 @@ def _close_live_engines():
             pass
 
 
-def trainer_init(init_info, client, source=None, metadata=None):
+class _TorchGroup:
+    """A torch.distributed process group as wt's trainer group: what the backend gathers at init
+    (m2n's holdings, rank 0's secrets) goes over the group the training loop already has."""
+
+    def __init__(self, group):
+        import torch.distributed as dist
+        self._dist = dist
+        self._group = group
+
+    def rank(self):
+        return self._dist.get_rank(self._group)
+
+    def size(self):
+        return self._dist.get_world_size(self._group)
+
+    def all_gather(self, mine):
+        out = [None] * self.size()
+        self._dist.all_gather_object(out, bytes(mine), group=self._group)
+        return out
+
+    def barrier(self):
+        self._dist.barrier(group=self._group)
+
+    def __repr__(self):
+        return f"wt trainer group over torch.distributed (rank {self.rank()} of {self.size()})"
+
+
+def _torch_distributed():
+    """torch.distributed when torch is imported and a default process group exists, else None."""
+    torch = _sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
+    except Exception:  # a torch without distributed support
+        return None
+
+
+def _trainer_group(group):
+    """The group trainer_init hands the backend: None for one rank."""
+    if group is None:
+        dist = _torch_distributed()
+        if dist is None or dist.get_world_size() == 1:
+            return None
+        return _TorchGroup(dist.group.WORLD)
+    torch = _sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    if dist is not None and isinstance(group, getattr(dist, "ProcessGroup", ())):
+        return _TorchGroup(group)
+    # wt's own form: rank(), size(), all_gather(bytes) -> [bytes by rank], barrier()
+    missing = [m for m in ("rank", "size", "all_gather", "barrier")
+               if not callable(getattr(group, m, None))]
+    if missing:
+        raise InvalidArgument(f"group: {group!r} has no {missing[0]}() (a trainer group is a "
+                              "torch.distributed process group, or has rank(), size(), "
+                              "all_gather(bytes) and barrier())", field="group")
+    return group
+
+
+def trainer_init(init_info, client, source=None, metadata=None, group=None):
     """Creates the trainer engine of ``init_info["backend"]``, loading its plugin on first use.
 
     ``client``: a URL, a list of URLs (one fan-out over the replicas), a :class:`HttpClient`, a
@@ -85,18 +144,43 @@ def trainer_init(init_info, client, source=None, metadata=None):
     name -> tensor, an iterable of (name, tensor), or a callable returning one each round.
     ``metadata``: for a callable source, what it yields — pairs, a dict of tensors, or
     (name, dtype, shape) triples; without it the callable is called once at init to read it.
-    ``rank`` defaults to ``$RANK`` (what launchers set), else 0, when the init info has none.
+    ``group``: the trainer ranks, when several run this call (m2n: each sends its own shards;
+    nccl: rank 0 sends): a ``torch.distributed`` process group, or any object with ``rank()``,
+    ``size()``, ``all_gather(bytes)`` and ``barrier()``. Without it, torch.distributed's default
+    group once ``init_process_group`` has run, else one rank. The init info's ``rank`` is the
+    group's rank; one that disagrees is refused.
+    ``world_size``, when the init info needs one and has none, is 1 + the worker ranks behind
+    ``client`` (each receiver's ``/get_world_size``), as ``wt launch`` counts it.
     """
     if isinstance(init_info, str):
         init_info = _json.loads(init_info)
     info = dict(init_info)
-    if "rank" not in info:
+    trainers = _trainer_group(group)
+    if trainers is not None:
+        rank, size = trainers.rank(), trainers.size()
+        if "rank" in info and info["rank"] != rank:
+            raise InvalidArgument(f"init_info rank is {info['rank']!r}, but this process is rank "
+                                  f"{rank} of its trainer group of {size}", field="rank")
+        info["rank"] = rank
+    elif "rank" not in info:
+        # One trainer rank. A launcher's RANK saying otherwise, with no group to meet the others,
+        # would make this rank wait for, or skip, what rank 0 does: refused, saying what to pass.
+        env_rank, env_size = _os.environ.get("RANK"), _os.environ.get("WORLD_SIZE")
         try:
-            info["rank"] = int(_os.environ.get("RANK") or 0)
+            rank = int(env_rank or 0)
+            size = int(env_size or 1)
         except ValueError:
-            raise InvalidArgument(f"environment variable RANK is {_os.environ['RANK']!r}, "
+            bad = "RANK" if not (env_rank or "0").lstrip("-").isdigit() else "WORLD_SIZE"
+            raise InvalidArgument(f"environment variable {bad} is {_os.environ[bad]!r}, "
                                   "not an integer", field="rank") from None
-    engine = _TrainerEngine(info, client, source, metadata)
+        if rank != 0 or size > 1:
+            raise InvalidArgument(
+                f"the environment says RANK={rank}, WORLD_SIZE={size} (a launcher's), but this "
+                "process has no trainer group to meet the other ranks: call "
+                "torch.distributed.init_process_group() first, or pass group= (a process group), "
+                "or give init_info['rank'] for a single trainer rank", field="rank")
+        info["rank"] = 0
+    engine = _TrainerEngine(info, client, source, metadata, trainers)
     _live.add(engine)
     return engine
 

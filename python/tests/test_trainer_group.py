@@ -1,0 +1,186 @@
+"""Several Python trainer ranks, as torchrun starts them: each process calls
+torch.distributed.init_process_group() and wt.trainer_init with FSDP-style shards (dim 0, torch's
+chunk split, the last rank holding less), wt's gathers go over the process group, and m2n moves
+every rank's rows straight into `wt serve`, byte-exact, with no world_size in the init info (it
+is counted from the receiver, as `wt launch` does). Also: a rank whose init info disagrees with its
+group is refused, and a launcher's RANK with no group is refused instead of a silent no-op."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import wt
+from conftest import Serve, free_port, xxh3
+
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
+
+
+def recipe():
+    """The block under "### Several trainer ranks" in docs/python.md, as written there."""
+    text = DOCS.read_text()
+    section = text[text.index("### Several trainer ranks"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```\n", start)]
+
+
+# One trainer rank: the docs' recipe with the test's receiver and port, then rank 0 checks every
+# tensor on the receiver against its own full model.
+CHECK = textwrap.dedent("""
+    if rank == 0:
+        import xxhash
+        def raw(t):
+            t = t.contiguous()
+            return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+        want = {n: xxhash.xxh3_64_hexdigest(raw(t)) for n, t in full.items()}
+        if BY_RANK:  # a receiver of several worker ranks: each one's own
+            ranks = wt.HttpClient(URL).get("/weight_checksums")["ranks"]
+            assert len(ranks) == 2 and all(r["checksums"] == want for r in ranks), (ranks, want)
+        else:
+            got = wt.HttpClient(URL).weight_checksums()
+            assert got == want, (got, want)
+        print(f"OK: {world} ranks, 2 rounds, {len(want)} tensors byte-exact")
+    dist.destroy_process_group()
+""")
+
+
+def rank_script(url, port, by_rank):
+    code = recipe()
+    for placeholder in ('"http://10.0.0.5:8000"', '"master_port": 29531'):
+        assert placeholder in code, f"docs/python.md's recipe no longer has {placeholder}"
+    code = code.replace('"http://10.0.0.5:8000"', repr(url))
+    code = code.replace('"master_port": 29531', f'"master_port": {port}')
+    return f"URL, BY_RANK = {url!r}, {by_rank!r}\n" + code + CHECK
+
+
+def run_ranks(tmp_path, world, url, by_rank=False):
+    script = tmp_path / "train.py"
+    script.write_text(rank_script(url, free_port(), by_rank))
+    group_port = free_port()
+    procs = []
+    for rank in range(world):  # as torchrun starts them
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(group_port))
+        procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, env=env))
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, out))
+    return outs
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_m2n_from_several_python_trainer_ranks_is_byte_exact(serve, tmp_path, world):
+    url = serve("m2n")
+    outs = run_ranks(tmp_path, world, url)
+    for rank, (code, out) in enumerate(outs):
+        assert code == 0, f"rank {rank} failed:\n{out}"
+    assert f"OK: {world} ranks, 2 rounds, 4 tensors byte-exact" in outs[0][1]
+
+
+def test_m2n_from_two_python_ranks_into_a_replica_of_tp2(tmp_path):
+    server = Serve("m2n", "--tensor-parallel-size", "2")
+    try:
+        # The script's init info has no TP rules: every tensor goes whole to both worker ranks
+        # (world_size 1 + 2, counted from the receiver's /get_world_size).
+        outs = run_ranks(tmp_path, 2, server.url, by_rank=True)
+        for rank, (code, out) in enumerate(outs):
+            assert code == 0, f"rank {rank} failed:\n{out}"
+        assert "OK: 2 ranks, 2 rounds, 4 tensors byte-exact" in outs[0][1]
+    finally:
+        server.stop()
+
+
+class OneRankGroup:
+    """wt's own group form: rank(), size(), all_gather(bytes), barrier()."""
+
+    def __init__(self, rank, size):
+        self._rank, self._size = rank, size
+
+    def rank(self):
+        return self._rank
+
+    def size(self):
+        return self._size
+
+    def all_gather(self, mine):
+        return [mine] * self._size
+
+    def barrier(self):
+        pass
+
+
+def test_an_init_info_rank_that_disagrees_with_the_group_is_refused():
+    with pytest.raises(wt.InvalidArgument,
+                       match="init_info rank is 1, but this process is rank 0 of its trainer "
+                             "group of 1") as e:
+        wt.trainer_init({"backend": "ipc", "rank": 1}, client=wt.Receiver("ipc"),
+                        source={"w": torch.zeros(2)}, group=OneRankGroup(0, 1))
+    assert e.value.field == "rank"
+
+
+def test_a_group_that_is_not_one_is_refused_naming_what_it_lacks():
+    with pytest.raises(wt.InvalidArgument, match=r"group: .* has no rank\(\)"):
+        wt.trainer_init({"backend": "ipc"}, client=wt.Receiver("ipc"),
+                        source={"w": torch.zeros(2)}, group=type("G", (), {"all_gather": 1,
+                                                                          "barrier": 1,
+                                                                          "size": 1})())
+
+
+def test_a_launchers_rank_without_a_group_is_refused_not_a_silent_no_op(monkeypatch, serve):
+    url = serve("nccl")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(wt.InvalidArgument, match=r"the environment says RANK=1, WORLD_SIZE=2 .* "
+                                                 r"call torch.distributed.init_process_group\(\)"):
+        wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
+                         "master_port": free_port()}, client=url, source={"w": torch.zeros(4)})
+
+
+def test_world_size_is_counted_from_the_receivers_for_every_client_form(serve):
+    """The first example of docs/python.md: nccl, a list of URLs, no world_size."""
+    urls = [serve("nccl"), serve("nccl")]
+    w = {"w": torch.arange(12, dtype=torch.float32)}
+    for client in (urls, urls[0], wt.HttpClient(urls[0]), [wt.HttpClient(u) for u in urls]):
+        engine = wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
+                                  "master_port": free_port(), "packed": True},
+                                 client=client, source=w)
+        engine.send_weights(weight_version="v")
+        engine.close()
+        targets = client if isinstance(client, list) else [client]
+        for t in targets:
+            http = t if isinstance(t, wt.HttpClient) else wt.HttpClient(t)
+            assert http.weight_checksums() == {"w": xxh3(w["w"])}
+        w["w"].add_(1)
+
+
+def test_a_python_client_without_get_world_size_is_told_what_to_give():
+    class Control:
+        def init_weight_transfer_engine(self, info):
+            pass
+
+        def start_weight_update(self):
+            pass
+
+        def update_weights(self, info):
+            pass
+
+        def finish_weight_update(self, weight_version=None):
+            pass
+
+    with pytest.raises(wt.InvalidArgument, match=r"init_info has no world_size, and the client "
+                                                 r"has no get_world_size\(\)"):
+        wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
+                         "master_port": free_port()}, client=Control(),
+                        source={"w": torch.zeros(4)})
