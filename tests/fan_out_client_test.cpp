@@ -102,6 +102,36 @@ TEST(FanOutClient, CallsReachEveryReplicaAtOnce) {
   EXPECT_EQ(arrived, 3);
 }
 
+// A RecordingClient that also records end_weight_update and its reason.
+class EndingClient : public test::RecordingClient {
+ public:
+  void end_weight_update(std::string_view reason) override {
+    std::lock_guard<std::mutex> l(mu_);
+    ended_.emplace_back(reason);
+  }
+  std::vector<std::string> ended() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return ended_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> ended_;
+};
+
+TEST(FanOutClient, AFailedStartEndsTheRoundOnEveryReplicaThatStartedIt) {
+  EndingClient a, b, c;
+  b.fail_next("start", "a weight update is already active");
+  FanOutClient fan({{&a, 1, "http://a:8000"}, {&b, 1, "http://b:8000"}, {&c, 1, "http://c:8000"}});
+  EXPECT_THROW(fan.start_weight_update(), Error);
+  const std::string why =
+      "start_weight_update failed on receiver 2 of 3 (http://b:8000): a weight update is "
+      "already active";
+  EXPECT_THAT(a.ended(), ElementsAre(why));
+  EXPECT_TRUE(b.ended().empty());  // it never started the round
+  EXPECT_THAT(c.ended(), ElementsAre(why));
+}
+
 TEST(FanOutClient, AFailureNamesItsReplicaAndEveryReplicaWasCalled) {
   test::RecordingClient a, b;
   b.fail_next("start", "a weight update is already active");
@@ -114,7 +144,9 @@ TEST(FanOutClient, AFailureNamesItsReplicaAndEveryReplicaWasCalled) {
     EXPECT_EQ(std::string(e.what()),
               "receiver 2 of 2 (http://b:8000): a weight update is already active");
   }
-  EXPECT_THAT(a.methods(), ElementsAre("start"));
+  // a started the round: it is ended (a client's default end is an update that ends it).
+  EXPECT_THAT(a.methods(), ElementsAre("start", "update"));
+  EXPECT_THAT(a.calls()[1].payload, HasSubstr("wt_end_weight_update"));
   EXPECT_THAT(b.methods(), ElementsAre("start"));
 }
 

@@ -110,7 +110,28 @@ void FanOutClient::init_weight_transfer_engine(std::string_view init_info_json) 
 }
 
 void FanOutClient::start_weight_update() {
-  on_all(replicas_, [&](std::size_t i) { replicas_[i].client->start_weight_update(); });
+  // A round that one replica refused is over: the replicas that started it are ended at once
+  // (no round bracket ends a round whose start failed), not left mid-update until the next
+  // trainer_init.
+  std::vector<char> started(replicas_.size(), 0);
+  try {
+    on_all(replicas_, [&](std::size_t i) {
+      replicas_[i].client->start_weight_update();
+      started[i] = 1;
+    });
+  } catch (const Error& e) {
+    std::vector<Replica> ended;
+    for (std::size_t i = 0; i < replicas_.size(); ++i)
+      if (started[i]) ended.push_back(replicas_[i]);
+    if (!ended.empty()) {
+      const std::string reason = fmt::format("start_weight_update failed on {}", e.what());
+      try {
+        on_all(ended, [&](std::size_t i) { ended[i].client->end_weight_update(reason); });
+      } catch (const Error&) {  // the refusal is the round's error; an end that failed is not
+      }
+    }
+    throw;
+  }
 }
 
 void FanOutClient::update_weights(std::string_view update_info_json) {

@@ -184,3 +184,18 @@ def test_a_python_client_without_get_world_size_is_told_what_to_give():
         wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
                          "master_port": free_port()}, client=Control(),
                         source={"w": torch.zeros(4)})
+
+
+def test_a_start_one_receiver_refuses_leaves_no_other_receiver_mid_update(serve):
+    """Two receivers; the second is already mid-update (someone else's start), so the round's
+    start fails there: the first, which started the round, is ended at once."""
+    urls = [serve("nccl"), serve("nccl")]
+    engine = wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
+                              "master_port": free_port()}, client=urls,
+                             source={"w": torch.zeros(4)})
+    wt.HttpClient(urls[1]).start_weight_update()
+    with pytest.raises(wt.Error, match=r"receiver 2 of 2 .*already active"):
+        engine.send_weights(weight_version="v")
+    assert wt.HttpClient(urls[0]).get("/health")["update_active"] is False
+    assert wt.HttpClient(urls[1]).get("/health")["update_active"] is True  # not ours to end
+    engine.close()
