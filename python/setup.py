@@ -1,4 +1,5 @@
-"""Builds wt with CMake (into the repository's build/, as scripts/build.sh does, or $WT_BUILD_DIR)
+"""Builds wt with CMake (into the repository's build-python/, without the test suite, or uses
+$WT_BUILD_DIR, built already)
 and packs into the package: the extension wt._wt, libwt and its service libraries (wt/lib), the
 plugins (wt/lib/wt/plugins, where libwt looks next to itself) and the wt command (wt/bin/wt,
 which wt.launch runs). Nothing needs an environment variable at run time."""
@@ -27,10 +28,14 @@ class WithNativeParts(Distribution):
 class BuildWithCMake(build_py):
     def run(self):
         super().run()
-        build = pathlib.Path(os.environ.get("WT_BUILD_DIR") or ROOT / "build")
+        # A build of its own, of what the package holds only (no test suite, no benchmarks):
+        # minutes on a small machine, where the whole tree's build takes a quarter of an hour.
+        build = pathlib.Path(os.environ.get("WT_BUILD_DIR") or ROOT / "build-python")
         if not (build / "build.ninja").exists():
+            print(f"wt: building the package's parts in {build} for {sys.executable}", flush=True)
             subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja",
                                    "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                                   "-DWT_BUILD_TESTS=OFF", "-DWT_BUILD_BENCHMARKS=OFF",
                                    f"-DWT_PYTHON_EXECUTABLE={sys.executable}"])
         if not os.environ.get("WT_BUILD_DIR"):  # a given build dir is used as it is
             subprocess.check_call(["cmake", "--build", str(build)])

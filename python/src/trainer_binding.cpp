@@ -129,9 +129,13 @@ class PyTrainer {
       source_ = std::make_unique<PySource>(std::move(source), std::move(metadata), failures_);
       from = source_.get();
     }
+    // Interruptible: Ctrl-C (or another signal handler's exception) abandons the client's calls
+    // in flight, which ends the backend's wait for its receivers at once (the rendezvous gives up
+    // when the init call fails) instead of at the control plane's deadline.
+    Client* to = client_.client;
     try {
-      py::gil_scoped_release r;
-      engine_ = trainer_init(init, *client_.client, from, group_.get());
+      run_interruptible([&] { engine_ = trainer_init(init, *to, from, group_.get()); },
+                        [to] { to->abandon_calls(); }, "trainer_init");
     } catch (const Error& e) {
       raise(e, failures_.take());
     }

@@ -58,4 +58,8 @@ def test_a_virtualenv_installs_the_package_and_syncs_a_torch_model(tmp_path):
     run = subprocess.run([python, "-c", script], env={**env, "VENV": str(venv)},
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
+    # `wt` on the environment's PATH: the packaged program.
+    version = subprocess.run([str(venv / "bin" / "wt"), "--version"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.strip(), version.stdout + version.stderr
     assert run.stdout.strip() == "synced 4"

@@ -199,3 +199,56 @@ def test_a_start_one_receiver_refuses_leaves_no_other_receiver_mid_update(serve)
     assert wt.HttpClient(urls[0]).get("/health")["update_active"] is False
     assert wt.HttpClient(urls[1]).get("/health")["update_active"] is True  # not ours to end
     engine.close()
+
+
+def test_ctrl_c_ends_a_trainer_init_held_by_a_receiver_that_never_answers(tmp_path):
+    """A receiver that accepts the init call and never answers, and a rendezvous deadline of
+    120 s: Ctrl-C ends trainer_init within seconds, as wt.Aborted caused by the
+    KeyboardInterrupt."""
+    script = tmp_path / "held.py"
+    script.write_text(textwrap.dedent("""
+        import socket, sys, threading, time
+        import torch, wt
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        held = []
+        threading.Thread(target=lambda: [held.append(silent.accept()) for _ in range(8)],
+                         daemon=True).start()
+        print("calling", flush=True)
+        t0 = time.monotonic()
+        try:
+            wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
+                             "master_port": int(sys.argv[1]), "world_size": 2,
+                             "rendezvous_timeout_s": 120},
+                            client=f"http://127.0.0.1:{silent.getsockname()[1]}",
+                            source={"w": torch.zeros(4)})
+        except wt.Aborted as e:
+            print(f"aborted after {time.monotonic() - t0:.1f} s: {e}; "
+                  f"cause {type(e.__cause__).__name__}", flush=True)
+    """))
+    p = subprocess.Popen([sys.executable, str(script), str(free_port())], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    assert p.stdout.readline().strip() == "calling"
+    import signal
+    import time
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, _ = p.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert "trainer_init interrupted (KeyboardInterrupt)" in out and \
+        "cause KeyboardInterrupt" in out, out
+    assert took < 10, f"trainer_init took {took:.1f} s to end after Ctrl-C:\n{out}"
+
+
+def test_a_state_dict_with_tied_weights_sends_the_tied_tensor_once_and_says_which(serve):
+    url = serve("ipc")
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight  # tied, as an LM's head and embeddings
+    with pytest.warns(UserWarning, match="tied tensors are sent once, under their first name: "
+                                         "'1.weight' is '0.weight'"):
+        engine = wt.trainer_init({"backend": "ipc"}, client=url, source=model.state_dict())
+    engine.send_weights(weight_version="v")
+    assert wt.HttpClient(url).weight_checksums() == {"0.weight": xxh3(model[0].weight)}
+    engine.close()

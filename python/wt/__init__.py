@@ -13,12 +13,14 @@ Inference side: :class:`WorkerEngine` (a backend's worker, loading into a Python
 """
 
 import atexit as _atexit
+import collections.abc as _abc
 import json as _json
 import os as _os
 import sys as _sys
 import shutil as _shutil
 import subprocess as _subprocess
 import tempfile as _tempfile
+import warnings as _warnings
 import weakref as _weakref
 
 from . import errors
@@ -135,6 +137,40 @@ def _trainer_group(group):
     return group
 
 
+class _Untied:
+    """A mapping source with tied tensors (one tensor under several names, as a state_dict gives
+    tied embeddings) read as its first name only, as named_parameters() does."""
+
+    def __init__(self, mapping, skipped):
+        self._mapping, self._skipped = mapping, skipped
+
+    def items(self):
+        return ((n, t) for n, t in self._mapping.items() if n not in self._skipped)
+
+
+def _untied(source):
+    """`source` with each tied tensor once, under its first name (a warning says which)."""
+    if not isinstance(source, _abc.Mapping) or isinstance(source, _Untied):
+        return source
+    torch = _sys.modules.get("torch")
+    if torch is None:
+        return source
+    first, tied = {}, {}
+    for name, t in source.items():
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+        if key in first:
+            tied[name] = first[key]
+        else:
+            first[key] = name
+    if not tied:
+        return source
+    _warnings.warn("wt: tied tensors are sent once, under their first name: " +
+                   ", ".join(f"'{n}' is '{f}'" for n, f in tied.items()), stacklevel=3)
+    return _Untied(source, frozenset(tied))
+
+
 def trainer_init(init_info, client, source=None, metadata=None, group=None):
     """Creates the trainer engine of ``init_info["backend"]``, loading its plugin on first use.
 
@@ -180,7 +216,7 @@ def trainer_init(init_info, client, source=None, metadata=None, group=None):
                 "torch.distributed.init_process_group() first, or pass group= (a process group), "
                 "or give init_info['rank'] for a single trainer rank", field="rank")
         info["rank"] = 0
-    engine = _TrainerEngine(info, client, source, metadata, trainers)
+    engine = _TrainerEngine(info, client, _untied(source), metadata, trainers)
     _live.add(engine)
     return engine
 
