@@ -107,8 +107,9 @@ serve 3 $((port_base + 1)) m2n
 serve 4 $((port_base + 2)) m2n
 serve 3 $((port_base + 3)) nccl
 serve 4 $((port_base + 4)) nccl
-for f in "$work"/serve-*.log; do
-  for _ in $(seq 200); do grep -q "listening on" "$f" && break; sleep 0.1; done
+# By name: a background job may not have opened its log yet when a glob would look for it.
+for f in "$work"/serve-{3,4}-{m2n,nccl}.log; do
+  for _ in $(seq 200); do grep -qs "listening on" "$f" && break; sleep 0.1; done
   grep -q "listening on" "$f" || { cat "$f"; echo "FAIL: a receiver did not start"; exit 1; }
 done
 
@@ -232,7 +233,7 @@ for w in 0 1 2 3; do
   recv_pids+=($!)
 done
 for w in 0 1 2 3; do
-  for _ in $(seq 100); do grep -q listening "$work/tcp.recv$w.log" && break; sleep 0.05; done
+  for _ in $(seq 200); do grep -qs listening "$work/tcp.recv$w.log" && break; sleep 0.05; done
 done
 send_pids=()
 for r in 0 1 2 3; do
