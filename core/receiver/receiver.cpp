@@ -540,7 +540,7 @@ uint64_t Receiver::load(std::span<const wt_tensor> tensors) {
 void Receiver::finish_weight_update(const std::optional<std::string>& weight_version) {
   std::lock_guard<std::mutex> l(session_mu_);
   finish_engine_locked();
-  commit_locked(weight_version);
+  hand_committed(commit_locked(weight_version));
 }
 
 void Receiver::finish_engine() {
@@ -550,7 +550,35 @@ void Receiver::finish_engine() {
 
 void Receiver::commit_finished(const std::optional<std::string>& weight_version) {
   std::lock_guard<std::mutex> l(session_mu_);
-  commit_locked(weight_version);
+  hand_committed(commit_locked(weight_version));
+}
+
+void Receiver::hand_committed(const std::vector<std::string>& names) {
+  if (!options_.on_commit || names.empty()) return;
+  std::vector<wt_tensor> views;
+  views.reserve(names.size());
+  {
+    // The map is read under the state lock; the memory stays put while the session lock is held
+    // (only a round, or load_base, changes it), so the call runs without the state lock: the
+    // engine may read checksums() meanwhile.
+    std::lock_guard<std::mutex> state(state_mu_);
+    for (const std::string& name : names) {
+      const auto it = committed_.find(name);
+      if (it == committed_.end()) continue;
+      const Tensor& t = it->second;
+      wt_tensor v{};
+      v.name = it->first.c_str();
+      v.tensor = DLTensor{t.data.get(),
+                          DLDevice{kDLCPU, 0},
+                          static_cast<int32_t>(t.shape.size()),
+                          t.dtype,
+                          const_cast<int64_t*>(t.shape.data()),
+                          nullptr,
+                          0};
+      views.push_back(v);
+    }
+  }
+  options_.on_commit(views);
 }
 
 void Receiver::drop_finished() {
@@ -571,10 +599,12 @@ void Receiver::finish_engine_locked() {
   }
 }
 
-void Receiver::commit_locked(const std::optional<std::string>& weight_version) {
+std::vector<std::string> Receiver::commit_locked(const std::optional<std::string>& weight_version) {
   std::lock_guard<std::mutex> state(state_mu_);
+  std::vector<std::string> names;
   while (!staged_.empty()) {
     auto node = staged_.extract(staged_.begin());
+    names.push_back(node.key());
     if (auto old = committed_.extract(node.key())) move_node(std::move(old), spare_);
     committed_.insert(std::move(node));
   }
@@ -584,6 +614,8 @@ void Receiver::commit_locked(const std::optional<std::string>& weight_version) {
   // tensor's patches stay on one thread, in order).
   std::map<std::string, std::vector<const PendingPatch*>> by_tensor;
   for (const auto& p : pending_patches_) by_tensor[p.name].push_back(&p);
+  for (const auto& [name, list] : by_tensor)
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   std::vector<std::pair<const std::vector<const PendingPatch*>*, unsigned char*>> work;
   for (const auto& [name, list] : by_tensor)
     work.emplace_back(&list, committed_.at(name).data.get());
@@ -602,6 +634,7 @@ void Receiver::commit_locked(const std::optional<std::string>& weight_version) {
     prepare_staging(committed_bytes_locked(), false, "for the next round");
     next_round_prepared_ = true;
   }
+  return names;
 }
 
 void Receiver::abort_update() noexcept {

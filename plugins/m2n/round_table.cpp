@@ -10,18 +10,28 @@
 
 namespace wt::m2n {
 
-PieceGeometry sender_geometry(const Transfer& t, const ParamMeta& meta,
-                              const std::vector<int64_t>& strides,
-                              const std::vector<int64_t>& compact) {
+namespace {
+
+// The piece's box in the full tensor, in a tensor of `strides`: the callers move it into theirs.
+PieceGeometry full_box(const Transfer& t, const std::vector<int64_t>& strides, DLDataType dtype) {
   PieceGeometry g;
   g.strides = &strides;
   g.lo = t.piece->box.lo;
   g.hi = t.piece->box.hi;
+  g.elem = element_size(dtype);
+  return g;
+}
+
+}  // namespace
+
+PieceGeometry sender_geometry(const Transfer& t, const ParamMeta& meta,
+                              const std::vector<int64_t>& strides,
+                              const std::vector<int64_t>& compact) {
+  PieceGeometry g = full_box(t, strides, meta.dtype);
   if (meta.sharded()) {  // the piece in this rank's slice
     g.lo[static_cast<std::size_t>(meta.shard_dim)] -= meta.shard_offset;
     g.hi[static_cast<std::size_t>(meta.shard_dim)] -= meta.shard_offset;
   }
-  g.elem = element_size(meta.dtype);
   g.contiguous = strides == compact && box_is_contiguous(meta.local_shape(), g.lo, g.hi);
   return g;
 }
@@ -29,15 +39,11 @@ PieceGeometry sender_geometry(const Transfer& t, const ParamMeta& meta,
 PieceGeometry receiver_geometry(const Transfer& t, DLDataType dtype, const Box& needed,
                                 const std::vector<int64_t>& shape,
                                 const std::vector<int64_t>& strides) {
-  PieceGeometry g;
-  g.strides = &strides;
-  g.lo = t.piece->box.lo;
-  g.hi = t.piece->box.hi;
+  PieceGeometry g = full_box(t, strides, dtype);
   for (std::size_t d = 0; d < g.lo.size(); ++d) {  // the piece in this rank's slice
     g.lo[d] -= needed.lo[d];
     g.hi[d] -= needed.lo[d];
   }
-  g.elem = element_size(dtype);
   g.contiguous = box_is_contiguous(shape, g.lo, g.hi);
   return g;
 }

@@ -13,7 +13,7 @@ namespace wt::python {
 class PyReceiver {
  public:
   PyReceiver(const std::string& backend, pybind11::object options, const std::string& device,
-             unsigned load_threads);
+             unsigned load_threads, pybind11::object on_commit = pybind11::none());
   ~PyReceiver();
   Receiver& receiver() { return *receiver_; }
   std::string serve(const std::string& host, int port, const std::string& token);
@@ -21,6 +21,7 @@ class PyReceiver {
   std::string url() const { return server_ ? server_->url() : std::string(); }
 
  private:
+  pybind11::object on_commit_;  // outlives receiver_, whose hook borrows it
   std::unique_ptr<Receiver> receiver_;
   std::unique_ptr<HttpServer> server_;
 };

@@ -15,7 +15,8 @@ namespace wt::python {
 DLDevice parse_device(const std::string& text);  // worker_binding.cpp
 
 PyReceiver::PyReceiver(const std::string& backend, py::object options, const std::string& device,
-                       unsigned load_threads) {
+                       unsigned load_threads, py::object on_commit)
+    : on_commit_(std::move(on_commit)) {
   Receiver::Options o;
   o.backend = backend;
   o.device = parse_device(device);
@@ -25,13 +26,33 @@ PyReceiver::PyReceiver(const std::string& backend, py::object options, const std
                 "--device cuda:N for a CUDA receiver)");
   o.load_threads = load_threads;
   if (!options.is_none()) o.backend_options = json_object(options, "options");
+  if (!on_commit_.is_none()) {
+    if (!PyCallable_Check(on_commit_.ptr()))
+      throw Error(WT_ERR_INVALID_ARGUMENT, "on_commit must be callable: on_commit(name, tensor)");
+    // Each committed tensor of a finished round, as a view valid during the call, from the
+    // thread that finished it (the server's, or the caller's): the engine copies it in.
+    PyObject* hook = on_commit_.ptr();  // borrowed: on_commit_ outlives the receiver
+    o.on_commit = [hook](std::span<const wt_tensor> tensors) {
+      py::gil_scoped_acquire g;
+      for (const wt_tensor& t : tensors) {
+        try {
+          py::reinterpret_borrow<py::object>(hook)(py::str(t.name), view_of(t.tensor));
+        } catch (py::error_already_set& e) {
+          throw Error(WT_ERR_REMOTE, fmt::format("on_commit('{}') raised: {}", t.name, e.what()));
+        }
+      }
+    };
+  }
   receiver_ = std::make_unique<Receiver>(std::move(o));
 }
 
 PyReceiver::~PyReceiver() {
-  py::gil_scoped_release r;
-  server_.reset();
-  receiver_.reset();
+  {
+    py::gil_scoped_release r;
+    server_.reset();
+    receiver_.reset();
+  }
+  on_commit_ = py::object();
 }
 
 std::string PyReceiver::serve(const std::string& host, int port, const std::string& token) {
@@ -55,9 +76,12 @@ void bind_receiver(py::module_& m) {
   py::class_<PyReceiver>(m, "Receiver",
                          "The reference receiver in this process: vLLM's session rules around a "
                          "worker engine of `backend`, the weights in host memory.")
-      .def(py::init<const std::string&, py::object, const std::string&, unsigned>(),
+      .def(py::init<const std::string&, py::object, const std::string&, unsigned, py::object>(),
            py::arg("backend"), py::arg("options") = py::none(), py::arg("device") = "cpu",
-           py::arg("load_threads") = 0)
+           py::arg("load_threads") = 0, py::arg("on_commit") = py::none(),
+           "on_commit(name, tensor): called for each tensor of a finished round, once the round "
+           "is committed (a view valid during the call: copy it into the engine's parameter); a "
+           "round that does not finish never reaches it.")
       .def("serve", &PyReceiver::serve, py::arg("host") = "127.0.0.1", py::arg("port") = 0,
            py::arg("token") = "", "Serves vLLM's HTTP routes; returns the URL.")
       .def("stop", &PyReceiver::stop, "Stops serving (the weights stay).")

@@ -46,7 +46,8 @@ struct ClientChoice {
   py::object keep;               // the Python object behind it, kept alive
   Client* client = nullptr;
   // The worker ranks behind it (vLLM's /get_world_size, summed over a fan-out's replicas), asked
-  // only when the init info needs a world_size (GIL held).
+  // only when the init info needs a world_size; called without the GIL (run_interruptible), and
+  // ended by abandon_calls().
   std::function<int()> world;
 };
 
@@ -59,12 +60,7 @@ ClientChoice choose_client(py::object client, CallbackFailures& failures) {
       if (!py::isinstance<py::str>(h) && !py::isinstance<HttpClient>(h)) return false;
     return py::len(client) > 0;
   };
-  auto ask = [](HttpClient* h) {
-    return [h] {
-      py::gil_scoped_release r;
-      return h->world_size();
-    };
-  };
+  auto ask = [](HttpClient* h) { return [h] { return h->world_size(); }; };
   if (py::isinstance<py::str>(client)) {
     c.owned.push_back(std::make_unique<HttpClient>(client.cast<std::string>()));
     c.client = c.owned.back().get();
@@ -99,13 +95,20 @@ ClientChoice choose_client(py::object client, CallbackFailures& failures) {
   } else {
     c.made = std::make_unique<PyClient>(client, failures);
     c.client = c.made.get();
-    c.world = [client] {
+    c.world = [client, &failures] {
+      py::gil_scoped_acquire g;
       if (!py::hasattr(client, "get_world_size"))
         throw Error(WT_ERR_INVALID_ARGUMENT,
                     "init_info has no world_size, and the client has no get_world_size() to "
                     "count its worker ranks: give init_info['world_size'] (1 + the worker ranks) "
                     "or a client with get_world_size()");
-      return client.attr("get_world_size")().cast<int>();
+      try {
+        return client.attr("get_world_size")().cast<int>();
+      } catch (py::error_already_set& e) {
+        failures.rethrow(e, WT_ERR_REMOTE, "client.get_world_size()");
+      } catch (const py::cast_error&) {
+        throw Error(WT_ERR_REMOTE, "client.get_world_size() did not return an integer");
+      }
     };
   }
   return c;
@@ -117,8 +120,19 @@ class PyTrainer {
             py::object group) {
     nlohmann::json fields = json_object(info, "init_info");
     client_ = choose_client(std::move(client), failures_);
-    // As `wt launch` does: the trainer plus every worker rank behind the client.
-    if (world_size_from_receivers(fields)) fields["world_size"] = world_size_of(client_.world());
+    // As `wt launch` does: the trainer plus every worker rank behind the client (Ctrl-C ends a
+    // receiver that never answers).
+    if (world_size_from_receivers(fields)) {
+      int world = 0;
+      Client* asked = client_.client;
+      try {
+        run_interruptible([&] { world = client_.world(); }, [asked] { asked->abandon_calls(); },
+                          "get_world_size");
+      } catch (const Error& e) {
+        raise(e, failures_.take());
+      }
+      fields["world_size"] = world_size_of(world);
+    }
     if (!group.is_none()) group_ = std::make_unique<PyTrainerGroup>(std::move(group), failures_);
     const InitInfo init = InitInfo::from_object(fields, "init_info");
     WeightSource* from = nullptr;

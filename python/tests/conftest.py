@@ -52,6 +52,23 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+class SilentControl:
+    """vLLM's four methods, each doing nothing: a control plane that accepts the init and starts
+    no worker, and has no get_world_size()."""
+
+    def init_weight_transfer_engine(self, info):
+        pass
+
+    def start_weight_update(self):
+        pass
+
+    def update_weights(self, info):
+        pass
+
+    def finish_weight_update(self, weight_version=None):
+        pass
+
+
 class Serve:
     """A `wt serve` process on a free port; .url once it listens."""
 

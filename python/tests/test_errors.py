@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import wt
-from conftest import free_port
+from conftest import SilentControl, free_port
 
 
 def test_the_hierarchy_maps_the_c_codes_and_the_builtins():
@@ -61,23 +61,11 @@ def test_unsupported_and_state():
 
 
 def test_timeout_when_the_workers_never_come():
-    class Silent:  # accepts init but starts no worker: the group cannot form
-        def init_weight_transfer_engine(self, info):
-            pass
-
-        def start_weight_update(self):
-            pass
-
-        def update_weights(self, info):
-            pass
-
-        def finish_weight_update(self, weight_version=None):
-            pass
-
     info = {"backend": "nccl", "master_address": "127.0.0.1", "master_port": free_port(),
             "world_size": 2, "rendezvous_timeout_s": 1}
     with pytest.raises(wt.Timeout) as e:
-        wt.trainer_init(info, client=Silent(), source={"w": torch.zeros(4)})
+        # accepts init but starts no worker: the group cannot form
+        wt.trainer_init(info, client=SilentControl(), source={"w": torch.zeros(4)})
     assert isinstance(e.value, TimeoutError)
 
 

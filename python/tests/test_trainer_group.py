@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import wt
-from conftest import Serve, free_port, xxh3
+from conftest import Serve, SilentControl, free_port, xxh3
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
@@ -166,23 +166,10 @@ def test_world_size_is_counted_from_the_receivers_for_every_client_form(serve):
 
 
 def test_a_python_client_without_get_world_size_is_told_what_to_give():
-    class Control:
-        def init_weight_transfer_engine(self, info):
-            pass
-
-        def start_weight_update(self):
-            pass
-
-        def update_weights(self, info):
-            pass
-
-        def finish_weight_update(self, weight_version=None):
-            pass
-
     with pytest.raises(wt.InvalidArgument, match=r"init_info has no world_size, and the client "
                                                  r"has no get_world_size\(\)"):
         wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
-                         "master_port": free_port()}, client=Control(),
+                         "master_port": free_port()}, client=SilentControl(),
                         source={"w": torch.zeros(4)})
 
 

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -70,6 +71,13 @@ class Receiver {
     // first rounds cost what later ones do. 0: the first round faults its own memory, and the
     // second round's is prepared in the background once the first commits.
     uint64_t expect_model_bytes = 0;
+    // Called by each finish_weight_update once the round is committed, before it returns, with
+    // the round's tensors as committed (whole tensors it staged, tensors its patches changed),
+    // host memory valid during the call: an inference engine that keeps its own model copies
+    // them in, so that a round that does not finish never reaches the engine's parameters. No
+    // round can start during the call. An exception it throws fails the finish call (the trainer
+    // hears it); the receiver's weights stay committed.
+    std::function<void(std::span<const wt_tensor>)> on_commit;
   };
   struct Tensor {
     DLDataType dtype{};
@@ -144,8 +152,10 @@ class Receiver {
   // end_weight_update's first half: aborts the engine of an active update, without waiting for
   // the call it interrupts (a group aborts all its ranks before it waits for any).
   void abort_update() noexcept;
-  void finish_engine_locked();                                           // session_mu_ held
-  void commit_locked(const std::optional<std::string>& weight_version);  // session_mu_ held
+  void finish_engine_locked();  // session_mu_ held
+  // Returns the names of the tensors the round committed (staged or patched).
+  std::vector<std::string> commit_locked(const std::optional<std::string>& weight_version);
+  void hand_committed(const std::vector<std::string>& names);  // on_commit; session_mu_ held
   class RoundLoader;  // the Loader a round's receive() calls: copies, destinations, patches
   uint64_t load(std::span<const wt_tensor> tensors);  // returns the bytes copied
   void receive(std::string_view update_info_json);    // the engine's part of an update
