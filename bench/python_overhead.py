@@ -4,11 +4,14 @@ torch.distributed (gloo) broadcasting the parameters one by one, as the Python R
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py [--gib 1] [--rounds 9]
 
-Cases: ipc and nccl (host memory), each with a model of ~300 tensors (--gib in all) and one of
-2,000 small tensors, each laid out as one flat buffer (as the checkpoint the C++ run maps).
+Cases: ipc and nccl (host memory), each with a model of ~300 tensors (--gib in all), one of 100
+tensors of 1 MiB (where torch.distributed's per-tensor broadcasts come closest) and one of 2,000
+small tensors, each laid out as one flat buffer (as the checkpoint the C++ run maps).
 Prints seconds per round (median), GB/s and the ratios: Python / C++ (the binding's overhead:
-the median over back-to-back round pairs, with its interquartile range; target <= 1.05) and
-torch.distributed / wt for the 2,000-tensor model (target >= 3).
+the median over back-to-back round pairs, with its interquartile range; target <= 1.05),
+torch.distributed / wt for the 100- and 2,000-tensor models (target >= 3 at 2,000), and m2n from
+2 Python trainer ranks (torch.distributed's group, each holding half the rows) against nccl from
+one Python rank, the ~300-tensor model into one receiver.
 """
 
 import argparse
@@ -142,6 +145,71 @@ if rank == 0:
 """
 
 
+# One m2n trainer rank, as torchrun starts it: the model's rows of this rank, the group
+# torch.distributed's; rank 0 prints the median round after the first.
+M2N_RANK = r"""
+import math, sys, time, statistics
+import torch, torch.distributed as dist
+import wt
+url, port, gib, count, rounds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+numel = max(1, int(gib * (1 << 30)) // 4 // count)
+flat = torch.rand(numel * count, generator=torch.Generator().manual_seed(0))
+rows = math.ceil(numel / world)
+lo = min(rank * rows, numel)
+source = {f"layers.{i}.weight": wt.Shard(flat[i * numel + lo:i * numel + min(lo + rows, numel)],
+                                         (numel,), dim=0, offset=lo) for i in range(count)}
+engine = wt.trainer_init({"backend": "m2n", "master_address": "127.0.0.1", "master_port": port},
+                         client=url, source=source)
+times = []
+for _ in range(rounds + 1):
+    t0 = time.perf_counter()
+    engine.send_weights()
+    times.append(time.perf_counter() - t0)
+engine.close()
+if rank == 0:
+    print(statistics.median(times[1:]))
+dist.destroy_process_group()
+"""
+
+
+def m2n_round_seconds(gib, count, rounds):
+    proc, url = serve("m2n")
+    try:
+        group_port, port = free_port(), free_port()
+        ranks = [subprocess.Popen([sys.executable, "-c", M2N_RANK, url, str(port), str(gib),
+                                   str(count), str(rounds)], stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(group_port)))
+                 for r in (0, 1)]
+        out = ranks[0].communicate()[0]
+        ranks[1].wait()
+        if ranks[0].returncode != 0 or ranks[1].returncode != 0:
+            sys.exit("the m2n ranks failed")
+        return float(out.strip())
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def nccl_round_seconds(model, rounds):
+    proc, url = serve("nccl")
+    try:
+        engine = wt.trainer_init({"backend": "nccl", **init_info("nccl")}, client=url,
+                                 source=model)
+        times = []
+        for _ in range(rounds + 1):
+            start = time.perf_counter()
+            engine.send_weights()
+            times.append(time.perf_counter() - start)
+        engine.close()
+        return statistics.median(times[1:])
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def gloo_round_seconds(count, numel, rounds):
     port = free_port()
     peers = [subprocess.Popen([sys.executable, "-c", GLOO_PEER, str(r), str(port), str(count),
@@ -161,13 +229,14 @@ def main():
     args = ap.parse_args()
     models = {
         "300 tensors": model_of(int(args.gib * (1 << 30)), 300),
+        "100 tensors": model_of(100 << 20, 100),
         f"{args.small_count} tensors": model_of(args.small_count * args.small_kib * 1024,
                                                 args.small_count),
     }
     print(f"wt {wt.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}")
     print(f"{'case':<24}{'bytes':>11}{'Python s':>10}{'C++ s':>9}{'Py/C++':>8}{'IQR':>14}"
           f"{'GB/s':>7}{'wt launch s':>13}")
-    small_wt = None
+    nccl_py = {}  # label -> wt nccl from Python, s per round
     with tempfile.TemporaryDirectory(prefix="wt-bench-") as tmp:
         for label, model in models.items():
             nbytes = sum(t.numel() * 4 for t in model.values())
@@ -179,14 +248,19 @@ def main():
                 print(f"{backend + ', ' + label:<24}{nbytes:>11}{py:>10.4f}{cxx:>9.4f}"
                       f"{ratio:>8.3f}{f'{q1:.3f}-{q3:.3f}':>14}{nbytes / py / 1e9:>7.2f}"
                       f"{launched:>13.4f}")
-                if backend == "nccl" and label != "300 tensors":
-                    small_wt = py
+                if backend == "nccl":
+                    nccl_py[label] = py
             os.unlink(checkpoint)
-    numel = args.small_kib * 1024 // 4
-    gloo = gloo_round_seconds(args.small_count, numel, args.rounds)
-    print(f"torch.distributed gloo, {args.small_count} broadcasts of {args.small_kib} KiB: "
-          f"{gloo:.4f} s per round; wt nccl (host, packed) from Python: {small_wt:.4f} s; "
-          f"gloo / wt = {gloo / small_wt:.2f}")
+    for label, count, kib in (("100 tensors", 100, 1024),
+                              (f"{args.small_count} tensors", args.small_count, args.small_kib)):
+        gloo = gloo_round_seconds(count, kib * 1024 // 4, args.rounds)
+        print(f"torch.distributed gloo, {count} broadcasts of {kib} KiB: {gloo:.4f} s per round; "
+              f"wt nccl (host, packed) from Python: {nccl_py[label]:.4f} s; "
+              f"gloo / wt = {gloo / nccl_py[label]:.2f}")
+    m2n = m2n_round_seconds(args.gib, 300, args.rounds)
+    nccl = nccl_round_seconds(models["300 tensors"], args.rounds)
+    print(f"~300 tensors, {args.gib:g} GiB, one receiver: m2n from 2 Python ranks {m2n:.4f} s per "
+          f"round, nccl from 1 Python rank {nccl:.4f} s; nccl / m2n = {nccl / m2n:.2f}")
 
 
 if __name__ == "__main__":

@@ -313,12 +313,36 @@ PinnedSource::PinnedSource(py::object pairs) {
     auto [name, tensor] = pair_of(item, i++, "the pinned source");
     held_.push_back(to_dlpack(tensor, "tensor '{}' of the pinned source", name));
     meta_.push_back(meta_of(name, held_.back().tensor()));
+    objects_.push_back(py::reinterpret_borrow<py::object>(tensor));
   }
 }
 
 PinnedSource::~PinnedSource() {
   py::gil_scoped_acquire g;
   held_.clear();
+  objects_.clear();
+}
+
+void PinnedSource::begin() {
+  next_ = 0;
+  py::gil_scoped_acquire g;
+  for (std::size_t i = 0; i < objects_.size(); ++i) {
+    const py::object& o = objects_[i];
+    if (!is_torch_tensor(o)) continue;  // numpy and others: their memory does not move
+    const DLTensor& was = held_[i].tensor();
+    const auto at = reinterpret_cast<uintptr_t>(static_cast<const unsigned char*>(was.data) +
+                                                was.byte_offset);
+    if (o.attr("data_ptr")().cast<uintptr_t>() == at) continue;
+    Held now = to_dlpack(o, "tensor '{}' of the pinned source", meta_[i].name);
+    const ParamMeta m = meta_of(meta_[i].name, now.tensor());
+    if (!(m.dtype == meta_[i].dtype) || m.shape != meta_[i].shape)
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("tensor '{}' of the pinned source was replaced by one of another "
+                              "dtype or shape ({}); the engine's model is fixed at trainer_init: "
+                              "create it again",
+                              meta_[i].name, describe(now.tensor())));
+    held_[i] = std::move(now);
+  }
 }
 
 bool PinnedSource::next(wt_tensor& out) {

@@ -94,12 +94,15 @@ class PinnedSource final : public WeightSource {
   ~PinnedSource() override;
 
   const std::vector<ParamMeta>& metadata() override { return meta_; }
-  void begin() override { next_ = 0; }
+  // Re-exports a torch tensor whose memory moved since it was exported (`p.data = ...`), with
+  // the GIL, one data_ptr() call per tensor; one that changed dtype or shape is refused.
+  void begin() override;
   bool next(wt_tensor& out) override;
   void end() override {}
 
  private:
   std::vector<ParamMeta> meta_;
+  std::vector<py::object> objects_;  // the tensors as given: a Parameter's .data may be replaced
   std::vector<Held> held_;
   std::size_t next_ = 0;
 };

@@ -239,3 +239,18 @@ def test_a_state_dict_with_tied_weights_sends_the_tied_tensor_once_and_says_whic
     engine.send_weights(weight_version="v")
     assert wt.HttpClient(url).weight_checksums() == {"0.weight": xxh3(model[0].weight)}
     engine.close()
+
+
+def test_a_pinned_source_follows_a_parameter_whose_data_was_replaced(serve):
+    url = serve("ipc")
+    model = torch.nn.Linear(4, 4)
+    engine = wt.trainer_init({"backend": "ipc"}, client=url, source=wt.PinnedSource(model))
+    engine.send_weights(weight_version="v1")
+    model.weight.data = torch.full((4, 4), 7.0)  # new memory under the same Parameter
+    engine.send_weights(weight_version="v2")
+    assert wt.HttpClient(url).weight_checksums()["weight"] == xxh3(torch.full((4, 4), 7.0))
+    model.weight.data = torch.zeros(2, 8)  # another shape: the plan of the engine is fixed
+    with pytest.raises(wt.InvalidArgument, match=r"tensor 'weight' of the pinned source was "
+                                                 r"replaced by one of another dtype or shape"):
+        engine.send_weights(weight_version="v3")
+    engine.close()
