@@ -330,8 +330,8 @@ void PinnedSource::begin() {
     const py::object& o = objects_[i];
     if (!is_torch_tensor(o)) continue;  // numpy and others: their memory does not move
     const DLTensor& was = held_[i].tensor();
-    const auto at = reinterpret_cast<uintptr_t>(static_cast<const unsigned char*>(was.data) +
-                                                was.byte_offset);
+    const auto at =
+        reinterpret_cast<uintptr_t>(static_cast<const unsigned char*>(was.data) + was.byte_offset);
     if (o.attr("data_ptr")().cast<uintptr_t>() == at) continue;
     Held now = to_dlpack(o, "tensor '{}' of the pinned source", meta_[i].name);
     const ParamMeta m = meta_of(meta_[i].name, now.tensor());
