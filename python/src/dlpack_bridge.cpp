@@ -111,6 +111,52 @@ const Torch& torch_symbols() {
   return t;
 }
 
+// A DLPack tensor carries no buffer size: its shape and strides are the exporter's word. Torch
+// checks its own tensors against their storage; any other exporter's layout must at least keep
+// within the elements its shape claims (no negative stride, no gap, nothing that overflows), so a
+// capsule that lies about strides is refused before a byte is read instead of reading outside
+// its buffer. `trusted`: torch's own exporter (strided views stay inside their storage).
+void check_layout(const DLTensor& t, bool trusted, const std::function<std::string()>& what) {
+  auto refuse = [&](const std::string& why) {
+    return invalid(fmt::format("{} has an impossible DLPack layout: {}", what(), why));
+  };
+  if (t.ndim < 0 || t.ndim > 64) throw refuse(fmt::format("{} dimensions", t.ndim));
+  if (t.ndim > 0 && t.shape == nullptr) throw refuse("no shape");
+  if (t.dtype.lanes != 1 || t.dtype.bits == 0 || t.dtype.bits % 8 != 0)
+    throw refuse(fmt::format("{}-bit elements in {} lanes", t.dtype.bits, t.dtype.lanes));
+  const auto element = static_cast<int64_t>(t.dtype.bits / 8);
+  int64_t count = 1;
+  for (int32_t d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] < 0) throw refuse(fmt::format("dimension {} has size {}", d, t.shape[d]));
+    if (__builtin_mul_overflow(count, t.shape[d], &count))
+      throw refuse("its element count overflows");
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(count, element, &bytes) || bytes > (int64_t{1} << 50))
+    throw refuse(fmt::format("{} elements of {} bytes", count, element));
+  if (t.byte_offset > (uint64_t{1} << 50))
+    throw refuse(fmt::format("byte offset {}", t.byte_offset));
+  if (count == 0) return;
+  if (t.data == nullptr && t.byte_offset == 0) throw refuse("no data for its elements");
+  if (t.strides == nullptr) return;
+  int64_t span = 1;  // elements from the first to one past the last reachable
+  for (int32_t d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] == 1) continue;  // a size-1 dimension's stride is never used
+    if (t.strides[d] < 0)
+      throw refuse(fmt::format("dimension {} has stride {} (negative strides are not read)", d,
+                               t.strides[d]));
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &reach) ||
+        __builtin_add_overflow(span, reach, &span))
+      throw refuse(fmt::format("dimension {}'s stride {} overflows", d, t.strides[d]));
+  }
+  if (!trusted && span > count)
+    throw refuse(fmt::format(
+        "its strides span {} elements while its shape holds {}: wt cannot see that buffer's "
+        "bounds; pass a contiguous copy",
+        span, count));
+}
+
 }  // namespace
 
 bool is_torch_tensor(py::handle obj) {
@@ -126,7 +172,8 @@ Held to_dlpack(py::handle obj, std::string_view pattern, std::string_view name) 
   // than the rest of a tensor's turn, and refuses parameters that require grad (the capsule
   // references the memory, not the autograd graph, so nothing is lost by exporting them).
   PyObject* torch_export = torch_symbols().to_dlpack;
-  if (torch_export != nullptr && is_torch_tensor(o)) {
+  const bool from_torch = torch_export != nullptr && is_torch_tensor(o);
+  if (from_torch) {
     PyObject* cap = PyObject_CallOneArg(torch_export, o.ptr());
     if (cap == nullptr) {
       py::error_already_set e;
@@ -155,7 +202,9 @@ Held to_dlpack(py::handle obj, std::string_view pattern, std::string_view name) 
                     what()));
   auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(o.ptr(), "dltensor"));
   if (PyCapsule_SetName(o.ptr(), "used_dltensor") != 0) throw py::error_already_set();
-  return Held(m);
+  Held held(m);  // released if refused
+  check_layout(held.tensor(), from_torch, what);
+  return held;
 }
 
 std::string describe(const DLTensor& t) {
