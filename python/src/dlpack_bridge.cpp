@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <memory>
 
 namespace wt::python {
@@ -36,7 +37,7 @@ namespace {
 struct Export {
   DLManagedTensor managed{};
   std::vector<int64_t> shape;
-  std::function<void()> release;  // empty for a view
+  std::function<void()> release;  // called when the consumer lets the tensor go
 };
 
 void delete_export(DLManagedTensor* m) {
@@ -213,13 +214,25 @@ std::string describe(const DLTensor& t) {
   return fmt::format("{} {}", torch_name(t.dtype), t.ndim == 0 ? "scalar" : shape);
 }
 
-py::object view_of(const DLTensor& t) {
+py::object view_of(const DLTensor& t, std::function<void()> released) {
   auto e = std::make_unique<Export>();
+  e->release = std::move(released);
   e->managed.dl_tensor = t;
   // The shape, then the strides when given, in one vector (export_tensor points at the shape).
   e->shape.assign(t.shape, t.shape + t.ndim);
   if (t.strides != nullptr) e->shape.insert(e->shape.end(), t.strides, t.strides + t.ndim);
   return export_tensor(std::move(e));
+}
+
+void call_with_view(py::handle fn, const char* name, const DLTensor& t, std::string_view callback) {
+  auto let_go = std::make_shared<std::atomic<bool>>(false);
+  fn(py::str(name), view_of(t, [let_go] { *let_go = true; }));
+  if (!*let_go)
+    throw invalid(
+        fmt::format("{}('{}') kept the tensor it was given (or a view of it) past the "
+                    "call: its memory is wt's, reused after the round; copy it instead "
+                    "(param.copy_(tensor), tensor.clone())",
+                    callback, name));
 }
 
 py::object owning(void* data, DLDataType dtype, std::vector<int64_t> shape,

@@ -53,8 +53,15 @@ std::string type_name(py::handle obj);
 // "bfloat16 4x8" for error messages.
 std::string describe(const DLTensor& t);
 
-// A tensor viewing `t` (not owned: valid while the caller keeps the memory).
-py::object view_of(const DLTensor& t);
+// A tensor viewing `t` (not owned: valid while the caller keeps the memory). `released`, when
+// given, runs when the consumer lets the view go (and every view it made of it), from any thread.
+py::object view_of(const DLTensor& t, std::function<void()> released = {});
+
+// Calls fn(name, view) with a view of `t` valid during the call only (a Python exception passes
+// through). The memory is the caller's and is reused or unmapped after it: a callback that keeps
+// the view (or a view of it) is refused at once, WT_ERR_INVALID_ARGUMENT naming `callback`
+// ("load") and the tensor, before it can read stale bytes.
+void call_with_view(py::handle fn, const char* name, const DLTensor& t, std::string_view callback);
 
 // A tensor owning memory: `release` frees it when the tensor goes (any thread, without the GIL).
 py::object owning(void* data, DLDataType dtype, std::vector<int64_t> shape,

@@ -1,5 +1,7 @@
 #include "py_source.hpp"
 
+#include "py_stream.hpp"
+
 #include <wt/error.hpp>
 
 #include <fmt/format.h>
@@ -275,6 +277,7 @@ bool PySource::fetch(wt_tensor& out) {
   if (prefetched_ && is_torch_tensor(tensor)) {
     out.tensor = cached_export(index, tensor, std::string_view(utf8, size));
   } else {
+    if (!prefetched_) order_after_producer(tensor);  // made just now, maybe still on its stream
     held_.push_back(to_dlpack(tensor, "tensor '{}' of the source", std::string_view(utf8, size)));
     out.tensor = held_.back().tensor();
   }

@@ -36,7 +36,7 @@ PyReceiver::PyReceiver(const std::string& backend, py::object options, const std
       py::gil_scoped_acquire g;
       for (const wt_tensor& t : tensors) {
         try {
-          py::reinterpret_borrow<py::object>(hook)(py::str(t.name), view_of(t.tensor));
+          call_with_view(hook, t.name, t.tensor, "on_commit");
         } catch (py::error_already_set& e) {
           throw Error(WT_ERR_REMOTE, fmt::format("on_commit('{}') raised: {}", t.name, e.what()));
         }

@@ -8,6 +8,7 @@
 #include "py_json.hpp"
 #include "py_receiver.hpp"
 #include "py_source.hpp"
+#include "py_stream.hpp"
 
 #include <wt/delta.hpp>
 #include <wt/engine.hpp>
@@ -157,9 +158,10 @@ class PyTrainer {
 
   ~PyTrainer() { close(); }
 
-  void send_weights(py::object weight_version, py::object patches) {
+  void send_weights(py::object weight_version, py::object patches, py::object stream) {
     if (!engine_) throw Error(WT_ERR_STATE, "send_weights on a closed engine");
     SendOptions o;
+    o.stream = stream_of(stream, "stream");
     if (!weight_version.is_none()) o.weight_version = weight_version.cast<std::string>();
     std::vector<SparsePatch> given;
     std::vector<Held> held;
@@ -274,7 +276,10 @@ void bind_trainer(py::module_& m) {
            py::arg("init_info"), py::arg("client"), py::arg("source") = py::none(),
            py::arg("metadata") = py::none(), py::arg("group") = py::none())
       .def("send_weights", &PyTrainer::send_weights, py::arg("weight_version") = py::none(),
-           py::arg("patches") = py::none())
+           py::arg("patches") = py::none(), py::arg("stream") = py::none(),
+           "One round. `stream`: the CUDA stream that produced the weights (a torch.cuda.Stream "
+           "or a cudaStream_t as an int); None: the current stream where torch has CUDA "
+           "initialised.")
       .def("abort", &PyTrainer::abort)
       .def("close", &PyTrainer::close)
       .def_property_readonly("backend", &PyTrainer::backend)

@@ -1,10 +1,13 @@
 // wt.WorkerEngine: the inference side of a backend, for an inference engine written in Python.
 // receive() hands each tensor to load(name, tensor) as a view valid during the call, or writes it
-// straight into the tensor destination(name) returns (the model's own parameter, say).
+// into the tensor destination(name) returns (the model's own parameter, say): staged by default
+// (into a tensor of wt's beside it, copied over at finish, so that a round that does not finish
+// leaves the parameter as it was), or straight into it with staged=False.
 #include "bindings.hpp"
 #include "dlpack_bridge.hpp"
 #include "py_errors.hpp"
 #include "py_json.hpp"
+#include "py_stream.hpp"
 
 #include <wt/dtype.hpp>
 #include <wt/engine.hpp>
@@ -16,9 +19,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 namespace wt::python {
@@ -37,15 +43,83 @@ DLDevice parse_device(const std::string& text) {
 
 namespace {
 
+// The staging tensors of a staged worker: one per destination, made like it (same dtype, shape
+// and device, contiguous) at its first round and kept for the next ones; what a round wrote
+// into them is copied into the destinations at finish. Touched only with the GIL held.
+class Stager {
+ public:
+  ~Stager() { clear(); }
+
+  // Where the backend writes `name` this round instead of `destination` (checked already).
+  DLTensor stage(const std::string& name, py::object destination, const DLTensor& d) {
+    auto it = slots_.find(name);
+    if (it == slots_.end() || !same_form(it->second.held.tensor(), d)) {
+      Slot slot;
+      slot.staging =
+          is_torch_tensor(destination)
+              ? py::module_::import("torch").attr("empty_like")(
+                    destination, py::arg("memory_format") =
+                                     py::module_::import("torch").attr("contiguous_format"))
+              : py::module_::import("numpy").attr("empty_like")(destination,
+                                                                py::arg("order") = "C");
+      slot.held = to_dlpack(slot.staging, "the staging tensor of '{}'", name);
+      it = slots_.insert_or_assign(name, std::move(slot)).first;
+    }
+    if (it->second.destination.is_none()) written_.push_back(name);
+    it->second.destination = std::move(destination);
+    DLTensor out = it->second.held.tensor();
+    out.strides = nullptr;  // made contiguous
+    return out;
+  }
+
+  // The round finished: every staged tensor into its destination (a device copy for CUDA).
+  void commit() {
+    for (const std::string& name : written_) {
+      Slot& slot = slots_.at(name);
+      py::object dst = std::exchange(slot.destination, py::none());
+      if (is_torch_tensor(dst))
+        dst.attr("detach")().attr("copy_")(slot.staging);
+      else
+        py::module_::import("numpy").attr("copyto")(dst, slot.staging);
+    }
+    written_.clear();
+  }
+
+  // The round ended without finishing: what it staged is dropped, the destinations untouched.
+  void drop() {
+    for (const std::string& name : written_) slots_.at(name).destination = py::none();
+    written_.clear();
+  }
+
+  void clear() {
+    written_.clear();
+    slots_.clear();
+  }
+
+ private:
+  static bool same_form(const DLTensor& a, const DLTensor& b) {
+    return a.dtype == b.dtype && a.ndim == b.ndim && a.device.device_type == b.device.device_type &&
+           a.device.device_id == b.device.device_id &&
+           std::equal(a.shape, a.shape + a.ndim, b.shape);
+  }
+  struct Slot {
+    py::object staging, destination = py::none();
+    Held held;
+  };
+  std::map<std::string, Slot> slots_;
+  std::vector<std::string> written_;  // staged this round, in order
+};
+
 // The Loader of one receive(): Python's load and destination, called with the GIL.
 class PyLoader final : public Loader {
  public:
   PyLoader(py::object load, py::object destination, py::object patch_into,
-           CallbackFailures& failures)
+           CallbackFailures& failures, Stager* stager)
       : load_(std::move(load)),
         destination_(std::move(destination)),
         patch_into_(std::move(patch_into)),
-        failures_(failures) {}
+        failures_(failures),
+        stager_(stager) {}
   ~PyLoader() override {
     py::gil_scoped_acquire g;
     held_.clear();
@@ -61,7 +135,7 @@ class PyLoader final : public Loader {
     py::gil_scoped_acquire g;
     for (const wt_tensor& t : tensors) {
       try {
-        load_(py::str(t.name), view_of(t.tensor));
+        call_with_view(load_, t.name, t.tensor, "load");
       } catch (py::error_already_set& e) {
         failures_.rethrow(e, WT_ERR_INVALID_ARGUMENT, fmt::format("load('{}') raised", t.name));
       }
@@ -94,10 +168,11 @@ class PyLoader final : public Loader {
                                   s += (i ? "x" : "") + std::to_string(param.shape[i]);
                                 return s.empty() ? std::string("scalar") : s;
                               }()));
+    handed_out_.insert(param.name);
+    if (stager_ != nullptr) return stager_->stage(param.name, std::move(d), t);
     held_.push_back(std::move(h));
     DLTensor out = held_.back().tensor();
     out.strides = nullptr;  // checked compact: the ABI's form of row-major memory
-    handed_out_.insert(param.name);
     return out;
   }
 
@@ -172,6 +247,7 @@ class PyLoader final : public Loader {
  private:
   py::object load_, destination_, patch_into_;
   CallbackFailures& failures_;
+  Stager* stager_;         // null: destinations are written in place
   std::deque<Held> held_;  // destinations, referenced until receive returns
   std::set<std::string> handed_out_;
 };
@@ -179,27 +255,35 @@ class PyLoader final : public Loader {
 class PyWorker {
  public:
   PyWorker(const std::string& backend, py::object init_info, const std::string& device,
-           py::object options) {
+           py::object options, bool staged, py::object stream) {
+    if (staged) stager_.emplace();
     WorkerOptions o;
     o.device = parse_device(device);
+    void* const s = stream_of(stream, "stream");
+    if (o.device.device_type == kDLCUDA) o.stream = s;  // host memory orders against nothing
     if (!options.is_none()) o.backend_options = json_object(options, "options");
     const std::string info = json_text(init_info, "init_info");
     py::gil_scoped_release r;
     engine_ = WorkerEngine::create(backend, info, o);
   }
   ~PyWorker() {
-    py::gil_scoped_release r;
-    engine_.reset();
+    {
+      py::gil_scoped_release r;
+      engine_.reset();
+    }
+    stager_.reset();
   }
 
   void start() {
+    if (stager_) stager_->drop();
     py::gil_scoped_release r;
     engine_->start();
   }
   void receive(py::object update_info, py::object load, py::object destination,
                py::object patch_into) {
     const std::string info = json_text(update_info, "update_info");
-    PyLoader loader(std::move(load), std::move(destination), std::move(patch_into), failures_);
+    PyLoader loader(std::move(load), std::move(destination), std::move(patch_into), failures_,
+                    stager_ ? &*stager_ : nullptr);
     try {
       py::gil_scoped_release r;
       engine_->receive(info, loader);
@@ -209,16 +293,24 @@ class PyWorker {
     failures_.take();
   }
   void finish() {
-    py::gil_scoped_release r;
-    engine_->finish();
+    try {
+      py::gil_scoped_release r;
+      engine_->finish();
+    } catch (...) {
+      if (stager_) stager_->drop();
+      throw;
+    }
+    if (stager_) stager_->commit();
   }
   void abort() {
+    if (stager_) stager_->drop();
     py::gil_scoped_release r;
     engine_->abort();
   }
 
  private:
   CallbackFailures failures_;
+  std::optional<Stager> stager_;  // staged=True
   std::unique_ptr<WorkerEngine> engine_;
 };
 
@@ -228,10 +320,15 @@ void bind_worker(py::module_& m) {
   py::class_<PyWorker>(m, "WorkerEngine",
                        "The inference side of `backend`, made from the init info the trainer "
                        "shipped: start(), receive(update_info, load, destination=None, "
-                       "patch_into=None) per update, finish().")
-      .def(py::init<const std::string&, py::object, const std::string&, py::object>(),
+                       "patch_into=None) per update, finish(). staged=True (the default): "
+                       "what the backend writes for a destination lands in a staging tensor of "
+                       "wt's and is copied into the destination at finish(); staged=False: "
+                       "straight into it.")
+      .def(py::init<const std::string&, py::object, const std::string&, py::object, bool,
+                    py::object>(),
            py::arg("backend"), py::arg("init_info"), py::arg("device") = "cpu",
-           py::arg("options") = py::none())
+           py::arg("options") = py::none(), py::arg("staged") = true,
+           py::arg("stream") = py::none())
       .def("start", &PyWorker::start)
       .def("receive", &PyWorker::receive, py::arg("update_info"), py::arg("load") = py::none(),
            py::arg("destination") = py::none(), py::arg("patch_into") = py::none())

@@ -173,3 +173,24 @@ def test_hostile_option_text_is_refused_not_recursed_into():
         wt.WorkerEngine("ipc", 42)
     with pytest.raises(wt.InvalidArgument):  # the plugin's own bounded parser
         wt.WorkerEngine("ipc", deep)
+
+
+def test_a_stream_is_a_torch_stream_an_int_or_none_and_anything_else_is_refused(serve):
+    url = serve("ipc")
+    engine = wt.trainer_init({"backend": "ipc"}, client=url, source={"w": torch.ones(4)})
+
+    class LikeATorchStream:  # what torch.cuda.Stream exposes; host tensors never wait on it
+        cuda_stream = 0
+
+    for stream in (None, 0, LikeATorchStream()):
+        engine.send_weights(stream=stream)
+    with pytest.raises(wt.InvalidArgument, match=r"^stream is a str: pass a torch.cuda.Stream, "
+                                                 r"a cudaStream_t as an int \(0: the legacy "
+                                                 r"default stream\) or None \(the current "
+                                                 r"stream\)$"):
+        engine.send_weights(stream="default")
+    with pytest.raises(wt.InvalidArgument, match=r"^stream: -1 is not a cudaStream_t$"):
+        engine.send_weights(stream=-1)
+    engine.close()
+    with pytest.raises(wt.InvalidArgument, match=r"^stream: a bool is not a CUDA stream$"):
+        wt.WorkerEngine("ipc", {"packed": False}, stream=True)

@@ -102,3 +102,19 @@ def test_an_engine_whose_copy_fails_fails_the_trainers_round_naming_the_tensor()
 def test_on_commit_must_be_callable():
     with pytest.raises(wt.InvalidArgument, match="on_commit must be callable"):
         wt.Receiver("nccl", on_commit=42)
+
+
+def test_an_engine_that_keeps_the_committed_view_is_refused_naming_it():
+    kept = []
+
+    def commit(name, tensor):
+        kept.append(tensor[:2])  # a view of wt's memory, kept past the call
+
+    receiver = wt.Receiver("nccl", on_commit=commit)
+    url = receiver.serve(port=0)
+    engine = trainer(url, {"w": torch.ones(4)})
+    with pytest.raises(wt.Error, match=r"on_commit\('w'\) kept the tensor it was given \(or a "
+                                       r"view of it\) past the call.*copy it instead"):
+        engine.send_weights(weight_version="v")
+    engine.close()
+    receiver.stop()

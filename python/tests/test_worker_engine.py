@@ -8,6 +8,7 @@ import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 import torch
 
 import wt
@@ -225,3 +226,94 @@ def test_a_worker_without_patch_into_refuses_patches_saying_what_to_pass():
     finally:
         engine.close()
         server.close()
+
+
+class StagingEngine:
+    """An engine driven in-process by the trainer: a WorkerEngine writing into `model`'s
+    parameters through `destination`, failing the round in update_weights when told to."""
+
+    def __init__(self, model, staged):
+        self.params = dict(model.named_parameters())
+        self.staged, self.fail, self.worker, self.seen = staged, False, None, None
+
+    def init_weight_transfer_engine(self, info):
+        self.worker = wt.WorkerEngine("ipc", info, staged=self.staged)
+
+    def start_weight_update(self):
+        self.worker.start()
+
+    def update_weights(self, info):
+        self.worker.receive(info, destination=self.params.get)
+        self.seen = {n: p.detach().clone() for n, p in self.params.items()}
+        if self.fail:
+            self.worker.abort()
+            raise RuntimeError("the engine fails this round after receiving it")
+
+    def finish_weight_update(self, weight_version=None):
+        self.worker.finish()
+
+
+def test_a_staged_worker_changes_no_parameter_until_the_round_finishes():
+    torch.manual_seed(7)
+    model = torch.nn.Linear(4, 4)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ptrs = {n: p.data_ptr() for n, p in model.named_parameters()}
+    new = {"weight": torch.randn(4, 4), "bias": torch.randn(4)}
+    engine = StagingEngine(model, staged=True)
+    trainer = wt.trainer_init({"backend": "ipc"}, client=engine, source=new)
+    engine.fail = True
+    with pytest.raises(wt.Error, match="the engine fails this round"):
+        trainer.send_weights(weight_version="v1")
+    for name, p in model.named_parameters():  # received, never finished: nothing changed
+        assert torch.equal(p.detach(), before[name]), name
+    engine.fail = False
+    trainer.send_weights(weight_version="v2")
+    for name, p in model.named_parameters():
+        assert torch.equal(engine.seen[name], before[name]), name  # still staged after receive
+        assert torch.equal(p.detach(), new[name]), name  # in place at finish
+        assert p.data_ptr() == ptrs[name], name
+    trainer.close()
+
+
+def test_an_unstaged_worker_writes_during_receive_and_a_failed_round_shows():
+    torch.manual_seed(8)
+    model = torch.nn.Linear(4, 4)
+    new = {"weight": torch.randn(4, 4), "bias": torch.randn(4)}
+    engine = StagingEngine(model, staged=False)
+    trainer = wt.trainer_init({"backend": "ipc"}, client=engine, source=new)
+    engine.fail = True
+    with pytest.raises(wt.Error, match="the engine fails this round"):
+        trainer.send_weights(weight_version="v1")
+    for name, p in model.named_parameters():  # in place: the unfinished round is there
+        assert torch.equal(p.detach(), new[name]), name
+    trainer.close()
+
+
+def test_a_load_that_keeps_its_view_is_refused_and_one_that_copies_is_not():
+    kept, copied, errors = [], {}, []
+
+    class Engine(StagingEngine):
+        def update_weights(self, info):
+            for load in (lambda n, t: kept.append(t), lambda n, t: copied.update({n: t.clone()})):
+                self.worker.start()
+                try:
+                    self.worker.receive(info, load=load)
+                except wt.Error as e:
+                    errors.append(str(e))
+                    self.worker.abort()
+
+        def start_weight_update(self):
+            pass
+
+        def finish_weight_update(self, weight_version=None):
+            pass
+
+    engine = Engine(torch.nn.Linear(2, 2), staged=True)
+    trainer = wt.trainer_init({"backend": "ipc"}, client=engine, source={"w": torch.arange(4.0)})
+    trainer.send_weights()
+    trainer.close()
+    assert errors == ["ipc worker receive failed: the loader's load failed: "
+                      "load('w') kept the tensor it was given (or a view of it) past the call: "
+                      "its memory is wt's, reused after the round; copy it instead "
+                      "(param.copy_(tensor), tensor.clone())"]
+    assert torch.equal(copied["w"], torch.arange(4.0))
