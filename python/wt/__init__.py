@@ -23,7 +23,7 @@ import tempfile as _tempfile
 import warnings as _warnings
 import weakref as _weakref
 
-from . import errors
+from . import _foreign_shards, errors
 from ._wt import (HttpClient, PinnedSource, Receiver, SparsePatch, WorkerEngine, __version__,
                   add_plugin_directory, make_delta, plugins, search_path)
 from ._wt import TrainerEngine as _TrainerEngine
@@ -216,7 +216,8 @@ def trainer_init(init_info, client, source=None, metadata=None, group=None):
                 "torch.distributed.init_process_group() first, or pass group= (a process group), "
                 "or give init_info['rank'] for a single trainer rank", field="rank")
         info["rank"] = 0
-    engine = _TrainerEngine(info, client, _untied(source), metadata, trainers)
+    source = _foreign_shards.converted(_untied(source), Shard)
+    engine = _TrainerEngine(info, client, source, metadata, trainers)
     _live.add(engine)
     return engine
 
