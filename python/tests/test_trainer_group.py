@@ -270,7 +270,7 @@ FOREIGN = textwrap.dedent("""
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     full = {{"embed.weight": torch.randn(50, 16), "proj.weight": torch.randn(16, 24),
-            "head.weight": torch.randn(7, 16).bfloat16()}}
+            "head.weight": torch.randn(7, 16).bfloat16(), "norm.weight": torch.randn(16)}}
 
     class Mesh:
         def size(self, mesh_dim):
@@ -284,10 +284,15 @@ FOREIGN = textwrap.dedent("""
         def is_shard(self):
             return True
 
-    class DTensor:  # Shard(dim) over a 1-D mesh of every rank: torch.chunk's split
+    class Replicate:
+        def is_shard(self):
+            return False
+
+    class DTensor:  # Shard(dim) over a 1-D mesh of every rank (torch.chunk's split), or replicated
         def __init__(self, t, dim):
-            self.shape, self.placements, self.device_mesh = t.shape, (Placement(dim),), Mesh()
-            self._local = t.chunk(world, dim)[rank]
+            self.shape, self.device_mesh = t.shape, Mesh()
+            self.placements = (Placement(dim),) if dim is not None else (Replicate(),)
+            self._local = t.chunk(world, dim)[rank] if dim is not None else t
         def to_local(self):
             return self._local
 
@@ -306,7 +311,8 @@ FOREIGN = textwrap.dedent("""
 
     state = {{"embed.weight": DTensor(full["embed.weight"], 0),
              "proj.weight": DTensor(full["proj.weight"], 1),  # split along columns
-             "head.weight": ShardedTensor(full["head.weight"])}}
+             "head.weight": ShardedTensor(full["head.weight"]),
+             "norm.weight": DTensor(full["norm.weight"], None)}}  # every rank holds all of it
     engine = wt.trainer_init({{"backend": "m2n", "master_address": "127.0.0.1",
                               "master_port": PORT}}, client=URL, source=state)
     for step in range(2):
