@@ -1,5 +1,6 @@
 // wt._wt: the extension behind the Python package `wt` (python/wt/__init__.py).
 #include "bindings.hpp"
+#include "launcher_group.hpp"
 #include "py_errors.hpp"
 
 #include <wt/version.hpp>
@@ -12,5 +13,6 @@ PYBIND11_MODULE(_wt, m) {
   wt::python::bind_trainer(m);
   wt::python::bind_worker(m);
   wt::python::bind_tools(m);
+  wt::python::bind_launcher_group(m);
   m.attr("__version__") = WT_VERSION_STRING;
 }

@@ -2,6 +2,7 @@
 // the GIL released, abort from any thread, Ctrl-C.
 #include "bindings.hpp"
 #include "dlpack_bridge.hpp"
+#include "launcher_group.hpp"
 #include "py_client.hpp"
 #include "py_errors.hpp"
 #include "py_group.hpp"
@@ -134,7 +135,14 @@ class PyTrainer {
       }
       fields["world_size"] = world_size_of(world);
     }
-    if (!group.is_none()) group_ = std::make_unique<PyTrainerGroup>(std::move(group), failures_);
+    TrainerGroup* trainers = nullptr;
+    if (py::isinstance<LauncherGroup>(group)) {
+      launcher_group_ = group;  // kept alive with the engine; its collectives stay in C++
+      trainers = group.cast<LauncherGroup&>().group();
+    } else if (!group.is_none()) {
+      group_ = std::make_unique<PyTrainerGroup>(std::move(group), failures_);
+      trainers = group_.get();
+    }
     const InitInfo init = InitInfo::from_object(fields, "init_info");
     WeightSource* from = nullptr;
     if (py::isinstance<PinnedSource>(source)) {
@@ -149,7 +157,7 @@ class PyTrainer {
     // when the init call fails) instead of at the control plane's deadline.
     Client* to = client_.client;
     try {
-      run_interruptible([&] { engine_ = trainer_init(init, *to, from, group_.get()); },
+      run_interruptible([&] { engine_ = trainer_init(init, *to, from, trainers); },
                         [to] { to->abandon_calls(); }, "trainer_init");
     } catch (const Error& e) {
       raise(e, failures_.take());
@@ -210,6 +218,7 @@ class PyTrainer {
   ClientChoice client_;
   std::unique_ptr<PySource> source_;
   py::object pinned_;                      // a wt.PinnedSource given as the source
+  py::object launcher_group_;              // a wt.LauncherGroup given as the group
   std::unique_ptr<PyTrainerGroup> group_;  // the trainer ranks, when several
   std::unique_ptr<TrainerEngine> engine_;  // last: goes first
 };

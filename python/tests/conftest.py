@@ -3,6 +3,7 @@ checksums of torch tensors computed without wt (python3-xxhash)."""
 
 import json
 import os
+import pathlib
 import socket
 import struct
 import subprocess
@@ -24,6 +25,17 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
+
+
+def docs_python_block(heading):
+    """The first ```python block under `heading` in docs/python.md, as written there."""
+    text = DOCS.read_text()
+    section = text[text.index(heading):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```\n", start)]
 
 
 def raw_bytes(t):

@@ -3,24 +3,17 @@ HTTP server) and hands each finished round to the engine's on_commit, which copi
 model's parameters. A round that does not finish never reaches them; an engine whose copy fails
 fails the trainer's round, naming the tensor. The block in docs/python.md runs as written."""
 
-import pathlib
 import textwrap
 
 import pytest
 import torch
 
 import wt
-from conftest import free_port, raw_bytes
-
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
+from conftest import DOCS, docs_python_block, free_port, raw_bytes
 
 
 def engine_recipe():
-    """The block under "### A Python engine" in docs/python.md, as written there."""
-    text = DOCS.read_text()
-    section = text[text.index("### A Python engine"):]
-    start = section.index("```python\n") + len("```python\n")
-    return section[start:section.index("```\n", start)]
+    return docs_python_block("### A Python engine")
 
 
 def trainer(url, model):

@@ -15,17 +15,11 @@ import pytest
 import torch
 
 import wt
-from conftest import Serve, SilentControl, free_port, xxh3
-
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
+from conftest import Serve, SilentControl, docs_python_block, free_port, xxh3
 
 
 def recipe():
-    """The block under "### Several trainer ranks" in docs/python.md, as written there."""
-    text = DOCS.read_text()
-    section = text[text.index("### Several trainer ranks"):]
-    start = section.index("```python\n") + len("```python\n")
-    return section[start:section.index("```\n", start)]
+    return docs_python_block("### Several trainer ranks")
 
 
 # One trainer rank: the docs' recipe with the test's receiver and port, then rank 0 checks every

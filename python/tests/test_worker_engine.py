@@ -253,40 +253,43 @@ class StagingEngine:
         self.worker.finish()
 
 
-def test_a_staged_worker_changes_no_parameter_until_the_round_finishes():
+def failed_then_finished_round(staged):
+    """A round the engine fails after receiving it, then one that finishes: the parameters after
+    each, and what they held right after the second round's receive."""
     torch.manual_seed(7)
     model = torch.nn.Linear(4, 4)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    params = lambda: {n: p.detach().clone() for n, p in model.named_parameters()}  # noqa: E731
     ptrs = {n: p.data_ptr() for n, p in model.named_parameters()}
     new = {"weight": torch.randn(4, 4), "bias": torch.randn(4)}
-    engine = StagingEngine(model, staged=True)
+    engine = StagingEngine(model, staged=staged)
     trainer = wt.trainer_init({"backend": "ipc"}, client=engine, source=new)
+    before = params()
     engine.fail = True
     with pytest.raises(wt.Error, match="the engine fails this round"):
         trainer.send_weights(weight_version="v1")
-    for name, p in model.named_parameters():  # received, never finished: nothing changed
-        assert torch.equal(p.detach(), before[name]), name
+    after_failed = params()
     engine.fail = False
     trainer.send_weights(weight_version="v2")
-    for name, p in model.named_parameters():
-        assert torch.equal(engine.seen[name], before[name]), name  # still staged after receive
-        assert torch.equal(p.detach(), new[name]), name  # in place at finish
-        assert p.data_ptr() == ptrs[name], name
     trainer.close()
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == ptrs  # written in place
+    return before, new, after_failed, engine.seen, params()
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_a_staged_worker_changes_no_parameter_until_the_round_finishes():
+    before, new, after_failed, after_receive, after_finish = failed_then_finished_round(True)
+    assert same(after_failed, before)  # received, never finished: nothing changed
+    assert same(after_receive, before)  # still staged after receive
+    assert same(after_finish, new)  # copied over at finish
 
 
 def test_an_unstaged_worker_writes_during_receive_and_a_failed_round_shows():
-    torch.manual_seed(8)
-    model = torch.nn.Linear(4, 4)
-    new = {"weight": torch.randn(4, 4), "bias": torch.randn(4)}
-    engine = StagingEngine(model, staged=False)
-    trainer = wt.trainer_init({"backend": "ipc"}, client=engine, source=new)
-    engine.fail = True
-    with pytest.raises(wt.Error, match="the engine fails this round"):
-        trainer.send_weights(weight_version="v1")
-    for name, p in model.named_parameters():  # in place: the unfinished round is there
-        assert torch.equal(p.detach(), new[name]), name
-    trainer.close()
+    before, new, after_failed, after_receive, after_finish = failed_then_finished_round(False)
+    assert not same(before, new) and same(after_failed, new)  # the unfinished round is there
+    assert same(after_receive, new) and same(after_finish, new)
 
 
 def test_a_load_that_keeps_its_view_is_refused_and_one_that_copies_is_not():

@@ -24,15 +24,15 @@ import warnings as _warnings
 import weakref as _weakref
 
 from . import _foreign_shards, errors
-from ._wt import (HttpClient, PinnedSource, Receiver, SparsePatch, WorkerEngine, __version__,
-                  add_plugin_directory, make_delta, plugins, search_path)
+from ._wt import (HttpClient, LauncherGroup, PinnedSource, Receiver, SparsePatch, WorkerEngine,
+                  __version__, add_plugin_directory, make_delta, plugins, search_path)
 from ._wt import TrainerEngine as _TrainerEngine
 from .errors import (Aborted, Device, Error, Incompatible, Internal, InvalidArgument, NotFound,
                      Remote, State, System, Timeout, Unsupported)
 
 __all__ = [
     "trainer_init", "TrainerEngine", "WorkerEngine", "Receiver", "HttpClient", "SparsePatch", "Shard",
-    "PinnedSource",
+    "PinnedSource", "LauncherGroup",
     "make_delta", "plugins", "search_path", "add_plugin_directory", "launch", "errors", "Error",
     "InvalidArgument", "Incompatible", "Unsupported", "State", "System", "Device", "Timeout",
     "Aborted", "Remote", "NotFound", "Internal", "__version__",
@@ -123,6 +123,8 @@ def _trainer_group(group):
         if dist is None or dist.get_world_size() == 1:
             return None
         return _TorchGroup(dist.group.WORLD)
+    if isinstance(group, LauncherGroup):
+        return group if group.size() > 1 else None
     torch = _sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is not None and isinstance(group, getattr(dist, "ProcessGroup", ())):
@@ -181,8 +183,9 @@ def trainer_init(init_info, client, source=None, metadata=None, group=None):
     ``metadata``: for a callable source, what it yields — pairs, a dict of tensors, or
     (name, dtype, shape) triples; without it the callable is called once at init to read it.
     ``group``: the trainer ranks, when several run this call (m2n: each sends its own shards;
-    nccl: rank 0 sends): a ``torch.distributed`` process group, or any object with ``rank()``,
-    ``size()``, ``all_gather(bytes)`` and ``barrier()``. Without it, torch.distributed's default
+    nccl: rank 0 sends): a ``torch.distributed`` process group, a :class:`LauncherGroup` (wt's
+    own, from the launcher's variables), or any object with ``rank()``, ``size()``,
+    ``all_gather(bytes)`` and ``barrier()``. Without it, torch.distributed's default
     group once ``init_process_group`` has run, else one rank. The init info's ``rank`` is the
     group's rank; one that disagrees is refused.
     ``world_size``, when the init info needs one and has none, is 1 + the worker ranks behind
