@@ -12,7 +12,7 @@
 #include <wt/delta.hpp>
 #include <wt/dtype.hpp>
 #include <wt/registry.hpp>
-#include <wt/services/checksum.hpp>
+#include <wt/checksum.hpp>
 #include <wt/services/fan_out_client.hpp>
 #include <wt/services/gloo_trainer_group.hpp>
 #include <wt/services/http_client.hpp>

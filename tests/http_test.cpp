@@ -90,6 +90,28 @@ TEST(Serve, AcceptsVllmShapedRequestsForAWholeRound) {
   EXPECT_EQ(s.receiver.weight_version(), "step-2");
 }
 
+TEST(Serve, APortAnotherServerListensOnIsRefusedNotShared) {
+  Serve first;
+  HttpServer::Options o;
+  o.port = first.server.port();
+  Receiver second_receiver("ipc");
+  HttpServer second(second_receiver, o);
+  try {
+    second.start();
+    FAIL() << "a second server started on port " << o.port << " beside the first";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), WT_ERR_SYSTEM);
+    EXPECT_EQ(std::string(e.what()),
+              "cannot listen on 127.0.0.1:" + std::to_string(o.port) +
+                  " (in use, or not an address of this host)");
+  }
+  // The first one still answers, alone.
+  auto c = first.raw();
+  auto r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 TEST(Serve, RefusesWhatVllmRefuses) {
   Serve s;
   auto c = s.raw();

@@ -2,7 +2,7 @@
 // in-process client, strict update_info validation, and shared-memory hygiene.
 #include <wt/dtype.hpp>
 #include <wt/sdk/parallel_copy.hpp>
-#include <wt/services/checksum.hpp>
+#include <wt/checksum.hpp>
 #include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 

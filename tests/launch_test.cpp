@@ -260,6 +260,12 @@ TEST(Launch, DryRunSaysWhereThisProcessSitsUnderEachLauncherAndStartsNothing) {
   EXPECT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_THAT(plain.output, HasSubstr("trainer ranks: 2"));
   EXPECT_THAT(plain.output, HasSubstr("launcher: none found"));
+  // A sharded source says so (each rank sends only its slice).
+  auto sharded = test::run_process(clean + WT_CLI_PATH + " launch " + WT_SOURCE_DIR +
+                                   "/configs/m2n_host.yaml --dry-run");
+  EXPECT_EQ(sharded.exit_code, 0) << sharded.output;
+  EXPECT_THAT(sharded.output, HasSubstr("  source.shard: each trainer rank sends only its slice "
+                                        "along dim 0 (torch.chunk's split over the 2 rank(s))"));
   auto torchrun = test::run_process(
       "env -u SLURM_PROCID RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 "
       "MASTER_ADDR=10.1.2.3 MASTER_PORT=29500 WT_TRAINER_SECRET=" +

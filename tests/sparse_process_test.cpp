@@ -5,7 +5,7 @@
 // tensor's) among good ones changes nothing anywhere.
 #include <wt/delta.hpp>
 #include <wt/services/checkpoint_gen.hpp>
-#include <wt/services/checksum.hpp>
+#include <wt/checksum.hpp>
 #include <wt/services/fan_out_client.hpp>
 #include <wt/services/http_client.hpp>
 #include <wt/services/safetensors.hpp>

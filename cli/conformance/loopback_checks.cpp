@@ -9,7 +9,7 @@
 #include <wt/error.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 #include <wt/services/checkpoint_gen.hpp>
-#include <wt/services/checksum.hpp>
+#include <wt/checksum.hpp>
 #include <wt/services/http_client.hpp>
 #include <wt/wt.hpp>
 

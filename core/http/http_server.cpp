@@ -603,6 +603,13 @@ void apply_limits(WtHttpServer& s, const HttpServer::Options& options) {
       std::max<time_t>(1, std::chrono::ceil<std::chrono::seconds>(options.idle_timeout).count()));
   s.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.header_timeout));
   s.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.body_timeout));
+  // SO_REUSEADDR only: a restarted server binds over its old connections' TIME_WAIT. Not
+  // cpp-httplib's default SO_REUSEPORT, with which a second server starts on a port another
+  // process listens on and the kernel splits the trainer's calls between the two.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
 }
 
 void answer_refusals(WtHttpServer& s) {

@@ -7,7 +7,7 @@
 #include <wt/registry.hpp>
 #include <wt/sdk/parallel_copy.hpp>
 #include <wt/sdk/parallel_for.hpp>
-#include <wt/services/checksum.hpp>
+#include <wt/checksum.hpp>
 
 #include "sparse_patches.hpp"
 #include "staging_arena.hpp"

@@ -133,7 +133,7 @@ typedef int32_t wt_status;
  * (or copied, any asynchronous copy completed) each tensor from next() before it calls next()
  * again or end(). A host gives such a source only to a plugin declaring this bit. */
 #define WT_CAP_STREAMING_SOURCE (1ull << 6)
-/* since wt 0.4 (ABI 2): the trainer takes sources whose ranks each hold a slice of a parameter
+/* since wt 0.3 (ABI 2): the trainer takes sources whose ranks each hold a slice of a parameter
  * (wt_param_meta.sharded, below) and moves each rank's share itself (m2n). A host refuses a
  * sharded source to a plugin without this bit, naming the parameter. */
 #define WT_CAP_SHARDED_SOURCE (1ull << 7)
@@ -182,7 +182,7 @@ typedef struct wt_param_meta {
   DLDataType dtype;
   int32_t ndim;
   const int64_t* shape; /* ndim entries; ndim == 0 is a scalar */
-  /* ---- since wt 0.4 (ABI 2; read them only when struct_size covers shard_length) ----
+  /* ---- since wt 0.3 (ABI 2; read them only when struct_size covers shard_length) ----
    * What this trainer rank holds of the parameter, in a source's metadata. A zero-filled tail
    * (or one struct_size leaves out) means the whole tensor. sharded == 1: this rank holds the
    * slice [shard_offset, shard_offset + shard_length) along dimension shard_dim, as FSDP or TP
@@ -337,7 +337,7 @@ typedef struct wt_worker_create_args {
   /* Receiver-side backend options as a JSON object ("{}" or NULL: none), e.g. the backend keys of
    * `wt serve --weight-transfer-config`. Parsed as strictly as the init info. */
   const char* backend_options_json;
-  /* ---- since wt 0.4 (ABI 2; read them only when struct_size covers held_count) ----
+  /* ---- since wt 0.3 (ABI 2; read them only when struct_size covers held_count) ----
    * The model this worker holds, when the host knows it (a base checkpoint it loaded, the weights
    * it serves): held_count growable elements (step with WT_ELEMENT), each a parameter's name,
    * dtype and shape as this worker keeps it (its shard tail zero). NULL / 0: not known yet (a

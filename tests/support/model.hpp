@@ -5,7 +5,7 @@
 
 #include "vector_source.hpp"
 
-#include <wt/services/checksum.hpp>
+#include <wt/checksum.hpp>
 
 #include <map>
 #include <string>

@@ -59,7 +59,7 @@ struct WorkerContext {
   DLDevice device{kDLCPU, 0};
   void* stream = nullptr;  // cudaStream_t the model uses; null: the legacy default stream
   nlohmann::json backend_options = nlohmann::json::object();  // receiver-side; FieldReader it
-  // The model this worker holds, as it keeps each parameter, when the host knows it (wt 0.4 and
+  // The model this worker holds, as it keeps each parameter, when the host knows it (wt 0.3 and
   // later, once a model is loaded); empty: not known.
   std::vector<ParamMeta> held;
 };

@@ -1,20 +1,6 @@
-// Per-tensor checksums (xxHash XXH3-64) that both sides compute, so a trainer can verify a sync.
+// Deprecated since wt 0.3: the checksums moved into libwt itself (an engine that answers
+// /weight_checksums need not link the receiver library). Include <wt/checksum.hpp> instead; this
+// header will be removed in a later release.
 #pragma once
 
-#include <wt/requires_cxx20.hpp>
-
-#include <wt/wt_plugin.h>
-
-#include <cstddef>
-#include <cstdint>
-#include <string>
-
-namespace wt {
-
-// 16 lowercase hex digits of XXH3-64 over the bytes.
-std::string checksum_bytes(const void* data, std::size_t n);
-
-// Of a host tensor's logical bytes in row-major order (strided tensors are gathered first).
-std::string checksum_tensor(const DLTensor& t);
-
-}  // namespace wt
+#include <wt/checksum.hpp>

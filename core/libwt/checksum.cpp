@@ -1,4 +1,4 @@
-#include <wt/services/checksum.hpp>
+#include <wt/checksum.hpp>
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
