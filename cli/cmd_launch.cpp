@@ -523,9 +523,10 @@ int print_dry_run(const LaunchConfig& cfg) {
     fmt::print("source: generated {} ({}), seed {}\n", cfg.generate->model, cfg.generate->dtype,
                cfg.generate->seed);
   if (cfg.shard_dim)
-    fmt::print("  source.shard: each trainer rank sends only its slice along dim {} (torch.chunk's "
-               "split over the {} rank(s))\n",
-               *cfg.shard_dim, cfg.trainer_ranks);
+    fmt::print(
+        "  source.shard: each trainer rank sends only its slice along dim {} (torch.chunk's "
+        "split over the {} rank(s))\n",
+        *cfg.shard_dim, cfg.trainer_ranks);
   fmt::print("trainer ranks: {}\n", cfg.trainer_ranks);
   if (cfg.embedded_receiver)
     fmt::print(

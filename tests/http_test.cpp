@@ -101,9 +101,8 @@ TEST(Serve, APortAnotherServerListensOnIsRefusedNotShared) {
     FAIL() << "a second server started on port " << o.port << " beside the first";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), WT_ERR_SYSTEM);
-    EXPECT_EQ(std::string(e.what()),
-              "cannot listen on 127.0.0.1:" + std::to_string(o.port) +
-                  " (in use, or not an address of this host)");
+    EXPECT_EQ(std::string(e.what()), "cannot listen on 127.0.0.1:" + std::to_string(o.port) +
+                                         " (in use, or not an address of this host)");
   }
   // The first one still answers, alone.
   auto c = first.raw();

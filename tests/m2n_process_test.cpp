@@ -3,7 +3,10 @@
 // rank (rank 0 checks every tensor's checksum on every receiver, TP slices included); a plan that
 // cannot be made, or a source a backend cannot take, is refused at init naming what is wrong; a
 // trainer rank killed mid-round fails the round within the transfer deadline.
+#include "subprocess.hpp"
 #include "support/free_port.hpp"
+
+#include <wt/services/http_client.hpp>
 #include "support/process.hpp"
 #include "support/test_configs.hpp"
 
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 using ::testing::HasSubstr;
 
@@ -312,6 +316,66 @@ TEST(M2nFaults, ATrainerRankKilledMidRoundFailsTheRunWithinTheTransferDeadline) 
   EXPECT_NE(rc, 0) << r.output;
   EXPECT_LT(ms, 5000 + 4000) << r.output;  // the transfer deadline, and the run's teardown
   EXPECT_THAT(r.output, HasSubstr("trainer rank 1")) << r.output;
+}
+
+// An engine is never held by a dead trainer: `wt serve --backend m2n` (its transfer and stall
+// deadlines the defaults, 300 s and 60 s) whose whole trainer job, coordinator and both ranks, is
+// SIGKILLed while the receiver is in a round (/health: update_active) is out of that round within
+// a second (the trainers' pairs closed), and a new trainer job syncs at once.
+TEST(M2nFaults, ATrainerJobKilledMidRoundReleasesItsReceiverWithinASecond) {
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "m2n"});
+  const auto config = [&](const std::string& name, int rounds) {
+    return write_config(name, fmt::format(R"(backend: m2n
+init_info:
+  master_address: 127.0.0.1
+  master_port: {}
+trainer:
+  ranks: 2
+source:
+  generate: {{model: qwen2.5-0.5b, dtype: bfloat16}}
+  shard: {{rank_of: trainer, dim: 0}}
+receiver:
+  embedded: false
+  url: {}
+rounds: {}
+verify: {}
+)",
+                                          test::free_port(), url, rounds, rounds < 10));
+  };
+  const std::string doomed = config("m2n-doomed.yaml", 40);
+  const std::string script =
+      write_config("m2n-doomed.sh", fmt::format(R"(
+WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
+for i in $(seq 1200); do grep -q 'round 1/40' {2}.log && break; sleep 0.05; done
+for i in $(seq 2000); do
+  curl -s {3}/health | grep -q '"update_active":true' && break
+  sleep 0.01
+done
+pkill -9 -f -- '{2}'
+echo killed
+)",
+                                                WT_BUILD_DIR, WT_CLI_PATH, doomed, url));
+  const auto out = test::run_process("bash " + script + " 2>&1");
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_THAT(out.output, HasSubstr("killed")) << out.output;
+  HttpClient health(url);
+  while (health.get("/health")["update_active"].get<bool>() &&
+         std::chrono::steady_clock::now() - killed < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto released_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now() - killed)
+                               .count();
+  std::cout << "m2n: the receiver out of its round " << released_ms
+            << " ms after the trainer job's kill\n";
+  EXPECT_LT(released_ms, 1000) << server->output();
+  const auto next = std::chrono::steady_clock::now();
+  const auto again = launch(config("m2n-again.yaml", 2));
+  EXPECT_EQ(again.exit_code, 0) << again.output << server->output();
+  std::cout << "m2n: then a new trainer job's 2 verified rounds took "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - next)
+                   .count()
+            << " ms\n";
 }
 
 TEST(M2nFaults, AWorkerRankKilledMidRoundFailsEveryTrainerRankWithinTheTransferDeadline) {

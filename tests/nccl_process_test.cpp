@@ -112,6 +112,35 @@ TEST(NcclProcessFaults, ATrainerKilledMidTransferFailsBothReceiversWithinTheDead
   EXPECT_EQ(HttpClient(b.url).weight_checksums(), test::expected_after(2, 40, 64, 0));
 }
 
+// An engine is never held by a dead trainer: with a transfer deadline of a minute, the
+// receivers' receive fails within a second of the trainer's SIGKILL (its sockets close), and a
+// new trainer syncs at once.
+TEST(NcclProcessFaults, ATrainerKilledMidRoundReleasesItsReceiversWithinASecond) {
+  constexpr int kLongS = 60;
+  Served a = test::serve_receiver("nccl", kLongS), b = test::serve_receiver("nccl", kLongS);
+  cli::Child t(
+      test::nccl_trainer({&a, &b}, test::free_port(), 1, kLongS, {"--pause-at-tensor", "100"}));
+  ASSERT_TRUE(t.wait_for("paused at tensor 100", 60s)) << t.output();
+  const auto killed = Clock::now();
+  t.kill(SIGKILL);
+  t.wait();
+  for (auto* r : {&a, &b})
+    ASSERT_TRUE(r->process->wait_for("receive failed: broadcast of '", 30s))
+        << r->process->output();
+  const auto released_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  std::cout << "nccl: both receivers released " << released_ms << " ms after the trainer's kill\n";
+  EXPECT_LT(released_ms, 1000);
+  const auto again_at = Clock::now();
+  cli::Child again(test::nccl_trainer({&a, &b}, test::free_port(), 2, kLongS));
+  ASSERT_EQ(again.wait(), 0) << again.output() << a.process->output() << b.process->output();
+  std::cout
+      << "nccl: a new trainer's 2 rounds took "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - again_at).count()
+      << " ms\n";
+  EXPECT_EQ(HttpClient(a.url).weight_checksums(), test::expected_after(2, 40, 64, 0));
+}
+
 // The CUDA path resolves libnccl at run time: without it the plugin still loads (its host path
 // works, as every test above shows) and a CUDA trainer is refused with the reason, naming the
 // library and how to point at it, before any call reaches the receiver.

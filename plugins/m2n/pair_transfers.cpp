@@ -6,7 +6,14 @@
 
 #include <wt/sdk/errors.hpp>
 
+#include <optional>
+
 namespace wt::m2n {
+
+namespace {
+// How long a wait may stay open after the pair of the peer it waits on closed.
+constexpr std::chrono::milliseconds kClosedPeerGrace{200};
+}  // namespace
 
 using sdk::fail;
 
@@ -100,21 +107,27 @@ void PairTransfers::wait_through(std::size_t n) {
       }
       // The watch reads the pair's progress through its own reference, and interrupts only
       // through current_, under mu_.
-      stall_.arm(
-          [p = plugins::pair_progress(*mesh_, op.peer)] {
-            return p ? p->last() : std::chrono::steady_clock::now();
-          },
-          [this] {
-            std::lock_guard<std::mutex> l(mu_);
-            if (current_ == nullptr) return;
-            current_->abortWaitRecv();
-            current_->abortWaitSend();
-          },
-          [this] {  // fates_ is fixed once rounds run, and outlives the watch
-            for (const auto& f : fates_)
-              if (f.second->closed()) return true;
-            return false;
-          });
+      const auto peer = plugins::pair_progress(*mesh_, op.peer);
+      stall_.arm([peer] { return peer ? peer->last() : std::chrono::steady_clock::now(); },
+                 [this] {
+                   std::lock_guard<std::mutex> l(mu_);
+                   if (current_ == nullptr) return;
+                   current_->abortWaitRecv();
+                   current_->abortWaitSend();
+                 },
+                 [this, peer,
+                  closed_at = std::optional<std::chrono::steady_clock::time_point>()]() mutable {
+                   for (const auto& f : fates_)  // fixed once rounds run, and outlives the watch
+                     if (f.second->closed()) return true;
+                   // The peer this wait is for closed its pair (it died, or gave the round up):
+                   // what it had sent before is read before the close is seen, so a wait still open
+                   // a moment later can never be served. The moment lets a wait its last bytes just
+                   // completed return on its own.
+                   if (peer == nullptr || !peer->closed()) return false;
+                   const auto now = std::chrono::steady_clock::now();
+                   if (!closed_at) closed_at = now;
+                   return now - *closed_at >= kClosedPeerGrace;
+                 });
       bool done = false;
       try {
         plugins::gloo_call(op.what, [&] {
@@ -135,6 +148,11 @@ void PairTransfers::wait_through(std::size_t n) {
       if (stalled && !done)
         if (const std::string why = given_up(); !why.empty())
           fail(WT_ERR_REMOTE, "{}: {}", op.what, why);
+      if (stalled && !done && peer != nullptr && peer->closed())
+        fail(WT_ERR_REMOTE,
+             "{}: rank {} closed its pair with this rank before its part arrived: it stopped, "
+             "or gave the round up",
+             op.what, op.peer);
       if (stalled && !done)
         fail(WT_ERR_TIMEOUT,
              "{}: no byte moved on the pair with rank {} for {} ms (stall_timeout_s): the peer "

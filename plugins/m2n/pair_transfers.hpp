@@ -2,7 +2,9 @@
 // sent or received on its slot (Gloo moves it only once both ends posted it, so nothing lands
 // where no receive waits); discard() closes every pair. A round has two deadlines: its messages
 // all within transfer_timeout, and each wait fails once no byte moved on its pair for
-// stall_timeout (a stopped peer or a cut link, told from a slow round).
+// stall_timeout (a stopped peer or a cut link, told from a slow round). A wait whose peer closed
+// its pair (a process killed, a rank that gave the round up) fails within a fraction of a second,
+// naming the peer: nothing more can come from it.
 #pragma once
 
 #include <gloo/rendezvous/context.h>
