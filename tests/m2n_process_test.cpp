@@ -343,22 +343,20 @@ verify: {}
                                           test::free_port(), url, rounds, rounds < 10));
   };
   const std::string doomed = config("m2n-doomed.yaml", 40);
-  const std::string script =
-      write_config("m2n-doomed.sh", fmt::format(R"(
-WT_CACHE_DIR={0}/cache {1} launch {2} > {2}.log 2>&1 &
-for i in $(seq 1200); do grep -q 'round 1/40' {2}.log && break; sleep 0.05; done
-for i in $(seq 2000); do
-  curl -s {3}/health | grep -q '"update_active":true' && break
-  sleep 0.01
-done
-pkill -9 -f -- '{2}'
-echo killed
-)",
-                                                WT_BUILD_DIR, WT_CLI_PATH, doomed, url));
-  const auto out = test::run_process("bash " + script + " 2>&1");
+  cli::Child job({WT_CLI_PATH, "launch", doomed},
+                 {std::string("WT_CACHE_DIR=") + WT_BUILD_DIR + "/cache"});
+  ASSERT_TRUE(job.wait_for("round 1/40", std::chrono::seconds(120))) << job.output();
+  HttpClient health(url);
+  const auto looking = std::chrono::steady_clock::now();
+  while (!health.get("/health")["update_active"].get<bool>() &&
+         std::chrono::steady_clock::now() - looking < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // The coordinator's ranks, then the coordinator: the whole job, at once.
+  const std::string pid = std::to_string(job.pid());
+  const auto out = test::run_process("pkill -9 -P " + pid + "; kill -9 " + pid + "; echo killed");
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_THAT(out.output, HasSubstr("killed")) << out.output;
-  HttpClient health(url);
+  job.wait();
   while (health.get("/health")["update_active"].get<bool>() &&
          std::chrono::steady_clock::now() - killed < std::chrono::seconds(90))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
