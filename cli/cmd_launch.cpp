@@ -296,11 +296,31 @@ RunEvents follow_ranks(const LaunchConfig& cfg, std::vector<std::unique_ptr<Chil
   return out;
 }
 
-// Step 5: reaps every rank (collecting the errors ranks other than 0 printed), then stops the
-// embedded receivers. Returns whether every rank exited 0.
-bool reap(std::vector<std::unique_ptr<Child>>& ranks, Receivers& receivers,
+// A rank killed mid-round cannot end the round it was in: the job ends it on every receiver it
+// was given, so none waits for calls that will never come (the backends notice their peers'
+// closed connections, but not a trainer that died between two control calls).
+void end_rounds_of_a_killed_job(const LaunchConfig& cfg, const std::string& why,
+                                std::vector<std::string>& errors) {
+  HttpClient::Options o;
+  o.bearer_token = cfg.receiver_token;
+  o.timeout = std::chrono::seconds(5);
+  for (const auto& url : cfg.receiver_urls) {
+    try {
+      HttpClient(url, o).end_weight_update(why);
+      fmt::print(stderr, "wt launch: ended the round on receiver {} ({})\n", url, why);
+    } catch (const Error& e) {
+      errors.push_back(fmt::format("ending the round on receiver {}: {}", url, e.what()));
+    }
+  }
+}
+
+// Step 5: reaps every rank (collecting the errors ranks other than 0 printed), ends the round on
+// the given receivers when a rank was killed, then stops the embedded receivers. Returns whether
+// every rank exited 0.
+bool reap(const LaunchConfig& cfg, std::vector<std::unique_ptr<Child>>& ranks, Receivers& receivers,
           std::vector<std::string>& errors) {
   bool ranks_ok = true;
+  std::string killed;                              // the first killed rank, said
   const std::size_t rank0_errors = errors.size();  // rank 0's, from follow_ranks
   for (std::size_t k = 0; k < ranks.size(); ++k) {
     int rc = ranks[k]->wait();
@@ -320,11 +340,13 @@ bool reap(std::vector<std::unique_ptr<Child>>& ranks, Receivers& receivers,
     // A rank that died without a word (killed, say) is named: its peers' errors only say that
     // a peer went away.
     const bool said = k == 0 ? rank0_errors > 0 : errors.size() > before;
-    if (rc != 0 && !said)
-      errors.push_back(rc > 128 ? fmt::format("trainer rank {} was killed by signal {} ({})", k,
-                                              rc - 128, strsignal(rc - 128))
-                                : fmt::format("trainer rank {} exited with status {}", k, rc));
+    const std::string fate = rc > 128 ? fmt::format("trainer rank {} was killed by signal {} ({})",
+                                                    k, rc - 128, strsignal(rc - 128))
+                                      : fmt::format("trainer rank {} exited with status {}", k, rc);
+    if (rc > 128 && killed.empty()) killed = fate;
+    if (rc != 0 && !said) errors.push_back(fate);
   }
+  if (!killed.empty()) end_rounds_of_a_killed_job(cfg, "wt launch: " + killed, errors);
   for (auto& r : receivers.children) r->kill(SIGTERM);
   for (auto& r : receivers.children) r->wait();
   return ranks_ok;
@@ -438,7 +460,7 @@ int run_coordinator(const LaunchConfig& cfg, bool json) {
   std::fflush(stdout);
   auto ranks = start_trainer_ranks(cfg, exe, receivers.urls, ckpt.files, rendezvous);
   RunEvents ev = follow_ranks(cfg, ranks, receivers, json, tty);
-  const bool ranks_ok = reap(ranks, receivers, ev.errors);
+  const bool ranks_ok = reap(cfg, ranks, receivers, ev.errors);
   const Totals t = totals(cfg, ev.rounds);
   const bool ok = ranks_ok && ev.errors.empty() &&
                   static_cast<int>(ev.rounds.size()) == cfg.rounds && t.all_verified;

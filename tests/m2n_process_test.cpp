@@ -318,14 +318,9 @@ TEST(M2nFaults, ATrainerRankKilledMidRoundFailsTheRunWithinTheTransferDeadline) 
   EXPECT_THAT(r.output, HasSubstr("trainer rank 1")) << r.output;
 }
 
-// An engine is never held by a dead trainer: `wt serve --backend m2n` (its transfer and stall
-// deadlines the defaults, 300 s and 60 s) whose whole trainer job, coordinator and both ranks, is
-// SIGKILLed while the receiver is in a round (/health: update_active) is out of that round within
-// a second (the trainers' pairs closed), and a new trainer job syncs at once.
-TEST(M2nFaults, ATrainerJobKilledMidRoundReleasesItsReceiverWithinASecond) {
-  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "m2n"});
-  const auto config = [&](const std::string& name, int rounds) {
-    return write_config(name, fmt::format(R"(backend: m2n
+// Two trainer ranks of the 0.5 B model, sharded, into a `wt serve` at `url`, verified when short.
+std::string external_receiver_config(const std::string& name, const std::string& url, int rounds) {
+  return write_config(name, fmt::format(R"(backend: m2n
 init_info:
   master_address: 127.0.0.1
   master_port: {}
@@ -340,7 +335,17 @@ receiver:
 rounds: {}
 verify: {}
 )",
-                                          test::free_port(), url, rounds, rounds < 10));
+                                        test::free_port(), url, rounds, rounds < 10));
+}
+
+// An engine is never held by a dead trainer: `wt serve --backend m2n` (its transfer and stall
+// deadlines the defaults, 300 s and 60 s) whose whole trainer job, coordinator and both ranks, is
+// SIGKILLed while the receiver is in a round (/health: update_active) is out of that round within
+// a second (the trainers' pairs closed), and a new trainer job syncs at once.
+TEST(M2nFaults, ATrainerJobKilledMidRoundReleasesItsReceiverWithinASecond) {
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "m2n"});
+  const auto config = [&](const std::string& name, int rounds) {
+    return external_receiver_config(name, url, rounds);
   };
   const std::string doomed = config("m2n-doomed.yaml", 40);
   cli::Child job({WT_CLI_PATH, "launch", doomed},
@@ -374,6 +379,18 @@ verify: {}
                    std::chrono::steady_clock::now() - next)
                    .count()
             << " ms\n";
+}
+
+// A job whose trainer rank is killed ends the round on every receiver it was given, and says so:
+// the receiver is out of its round once the job has exited.
+TEST(M2nFaults, AKilledTrainerRankMakesItsJobEndTheRoundOnItsReceivers) {
+  auto [server, url] = cli::start_server(WT_CLI_PATH, {"--backend", "m2n"});
+  const TimedRun r = kill_trainer_rank_mid_run(
+      external_receiver_config("m2n-rank-killed.yaml", url, 40), "round 2/40", 1);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("wt launch: ended the round on receiver " + url +
+                                  " (wt launch: trainer rank 1 was killed by signal 9"));
+  EXPECT_FALSE(HttpClient(url).get("/health")["update_active"].get<bool>());
 }
 
 TEST(M2nFaults, AWorkerRankKilledMidRoundFailsEveryTrainerRankWithinTheTransferDeadline) {
