@@ -770,7 +770,7 @@ void get(WtHttpServer& s, const std::string& path, httplib::Server::Handler h) {
 }
 
 // vLLM's update session (init, start, update, finish), wt's end, and the version setter.
-void route_session(WtHttpServer& s, ReceiverGroup* r, const Bodies& bodies) {
+void route_session(WtHttpServer& s, WeightRoutes* r, const Bodies& bodies) {
   post(s, "/init_weight_transfer_engine",
        [r, bodies](const httplib::Request&, httplib::Response& res,
                    const httplib::ContentReader& reader) {
@@ -846,7 +846,7 @@ void route_session(WtHttpServer& s, ReceiverGroup* r, const Bodies& bodies) {
 }
 
 // The read-only routes.
-void route_queries(WtHttpServer& s, ReceiverGroup* r) {
+void route_queries(WtHttpServer& s, WeightRoutes* r) {
   get(s, "/weight_info", [r](const httplib::Request&, httplib::Response& res) {
     auto v = r->weight_version();
     reply(res, 200, {{"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)}});
@@ -889,12 +889,12 @@ HttpServer::HttpServer(Receiver& receiver, Options options) : options_(std::move
   route(*impl_->one);
 }
 
-HttpServer::HttpServer(ReceiverGroup& group, Options options) : options_(std::move(options)) {
+HttpServer::HttpServer(WeightRoutes& routes, Options options) : options_(std::move(options)) {
   impl_ = std::make_unique<Impl>(options_);
-  route(group);
+  route(routes);
 }
 
-void HttpServer::route(ReceiverGroup& receiver) {
+void HttpServer::route(WeightRoutes& receiver) {
   auto& s = impl_->server;
   JsonLimits limits;
   limits.max_depth = options_.max_json_depth;

@@ -1,5 +1,6 @@
-// The reference receiver's HTTP front end: vLLM's weight-transfer routes over a Receiver, or a
-// ReceiverGroup of T worker ranks (`wt serve --tensor-parallel-size T`).
+// vLLM's weight-transfer routes over any WeightRoutes: the reference receiver (a Receiver, or a
+// ReceiverGroup of T worker ranks: `wt serve --tensor-parallel-size T`), or an engine's own memory
+// (EngineSession).
 //
 // Routes (request bodies are JSON objects; answers are JSON, status 200):
 //
@@ -63,6 +64,7 @@
 
 #include <wt/services/receiver.hpp>
 #include <wt/services/receiver_group.hpp>
+#include <wt/services/weight_routes.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -91,7 +93,9 @@ class HttpServer {
     unsigned threads = 64;
   };
   HttpServer(Receiver& receiver, Options options);  // one worker rank
-  HttpServer(ReceiverGroup& group, Options options);
+  // Any implementation of the routes: a ReceiverGroup (`wt serve`), an EngineSession (an
+  // engine's own memory, engine_session.hpp). `routes` must outlive the server.
+  HttpServer(WeightRoutes& routes, Options options);
   ~HttpServer();  // stops and joins
 
   // Binds (throws wt::Error naming host:port when it cannot) and serves on a background thread.
@@ -101,7 +105,7 @@ class HttpServer {
   std::string url() const;
 
  private:
-  void route(ReceiverGroup& group);
+  void route(WeightRoutes& routes);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   Options options_;

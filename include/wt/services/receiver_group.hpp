@@ -23,6 +23,7 @@
 #include <wt/requires_cxx20.hpp>
 
 #include <wt/services/receiver.hpp>
+#include <wt/services/weight_routes.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -36,7 +37,7 @@
 
 namespace wt {
 
-class ReceiverGroup {
+class ReceiverGroup final : public WeightRoutes {
  public:
   static constexpr int kMaxRanks = 64;
   // `ranks` receivers (1..kMaxRanks) made from `options`; its load threads are shared out among
@@ -44,31 +45,33 @@ class ReceiverGroup {
   ReceiverGroup(const Receiver::Options& options, int ranks);
   // A group of one: `one`, borrowed (it must outlive the group).
   explicit ReceiverGroup(Receiver& one);
-  ~ReceiverGroup();
+  ~ReceiverGroup() override;
   ReceiverGroup(const ReceiverGroup&) = delete;
   ReceiverGroup& operator=(const ReceiverGroup&) = delete;
 
-  int world_size() const { return static_cast<int>(ranks_.size()); }
+  int world_size() const override { return static_cast<int>(ranks_.size()); }
   Receiver& rank(int k) { return *ranks_.at(static_cast<std::size_t>(k)); }
   const Receiver& rank(int k) const { return *ranks_.at(static_cast<std::size_t>(k)); }
 
   // The control-plane calls (as Receiver's; errors name the rank when there are several).
-  void init_weight_transfer_engine(nlohmann::json init_info);
-  void start_weight_update();
-  void update_weights(nlohmann::json update_info);
-  void finish_weight_update(const std::optional<std::string>& weight_version);
-  void end_weight_update(const std::string& reason);
+  void init_weight_transfer_engine(nlohmann::json init_info) override;
+  void start_weight_update() override;
+  void update_weights(nlohmann::json update_info) override;
+  void finish_weight_update(const std::optional<std::string>& weight_version) override;
+  void end_weight_update(const std::string& reason) override;
   // Refused while a session is active on any rank, and with several ranks (a rank's slice of a
   // checkpoint depends on the layout the trainer ships at init).
   void load_base(WeightSource& source);
 
-  const std::string& backend() const { return ranks_.front()->backend(); }
+  const std::string& backend() const override { return ranks_.front()->backend(); }
   unsigned load_threads() const;
-  std::optional<std::string> weight_version() const { return ranks_.front()->weight_version(); }
-  void set_weight_version(const std::string& version);
-  bool session_active() const;
+  std::optional<std::string> weight_version() const override {
+    return ranks_.front()->weight_version();
+  }
+  void set_weight_version(const std::string& version) override;
+  bool session_active() const override;
   // Per rank, name -> XXH3-64 hex of what that rank holds.
-  std::vector<std::map<std::string, std::string>> checksums_by_rank() const;
+  std::vector<std::map<std::string, std::string>> checksums_by_rank() const override;
 
  private:
   // Runs f(k) for every rank, on a thread each when there are several; after every call returned,
