@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <mutex>
+
 namespace wt {
 namespace {
 
@@ -23,6 +25,7 @@ class DoubleBuffered final : public EngineMemory {
   int commits = 0, discards = 0;
 
   std::optional<DLTensor> destination(const ParamMeta& p) override {
+    std::lock_guard<std::mutex> l(mu_);
     Slot& s = slots_[p.name];
     std::size_t bytes = element_size(p.dtype);
     for (int64_t d : p.shape) bytes *= static_cast<std::size_t>(d);
@@ -43,6 +46,7 @@ class DoubleBuffered final : public EngineMemory {
     throw Error(WT_ERR_UNSUPPORTED, "every tensor has a destination here");
   }
   void commit() override {
+    std::lock_guard<std::mutex> l(mu_);
     ++commits;
     for (const auto& n : written_) std::swap(slots_[n].live, slots_[n].next);
     written_.clear();
@@ -52,6 +56,7 @@ class DoubleBuffered final : public EngineMemory {
     written_.clear();
   }
   std::map<std::string, std::string> checksums() const override {
+    std::lock_guard<std::mutex> l(mu_);
     std::map<std::string, std::string> out;
     for (const auto& [name, s] : slots_) out[name] = checksum_bytes(s.live.data(), s.live.size());
     return out;
@@ -63,6 +68,7 @@ class DoubleBuffered final : public EngineMemory {
     std::vector<int64_t> shape;
     std::vector<unsigned char> live, next;
   };
+  mutable std::mutex mu_;
   std::map<std::string, Slot> slots_;
   std::vector<std::string> written_;
 };

@@ -18,6 +18,7 @@
 
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,6 +45,7 @@ struct Param {
 class Model final : public wt::EngineMemory {
  public:
   std::optional<DLTensor> destination(const wt::ParamMeta& p) override {
+    std::lock_guard<std::mutex> l(mu_);  // checksums() may be asked meanwhile
     Param& slot = params_[p.name];
     std::size_t bytes = wt::element_size(p.dtype);
     for (int64_t d : p.shape) bytes *= static_cast<std::size_t>(d);
@@ -60,17 +62,20 @@ class Model final : public wt::EngineMemory {
     throw wt::Error(WT_ERR_UNSUPPORTED, "this engine takes every tensor in place");
   }
   void commit() override {  // the round finished: what it wrote becomes live
+    std::lock_guard<std::mutex> l(mu_);
     for (const std::string& name : written_) std::swap(params_[name].live, params_[name].next);
     written_.clear();
   }
   void discard() override { written_.clear(); }
   std::map<std::string, std::string> checksums() const override {
+    std::lock_guard<std::mutex> l(mu_);
     std::map<std::string, std::string> sums;
     for (const auto& [name, p] : params_) sums[name] = wt::checksum_tensor(p.view(p.live));
     return sums;
   }
 
  private:
+  mutable std::mutex mu_;  // params_ is read by checksums() from the server's threads
   std::map<std::string, Param> params_;
   std::vector<std::string> written_;  // filled this round
 };

@@ -36,7 +36,8 @@ class EngineMemory : public Loader {
   virtual void commit() = 0;
   // The round ended without finishing (refused, aborted, a new init): forget what it wrote.
   virtual void discard() = 0;
-  // name -> wt::checksum_tensor of the committed weights (never called during commit()).
+  // name -> wt::checksum_tensor of the committed weights. Never called during commit(), but it
+  // may be while a round writes (from a server thread): guard what destination() changes.
   virtual std::map<std::string, std::string> checksums() const = 0;
 };
 
