@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <mutex>
 
 namespace wt {
@@ -22,7 +23,7 @@ namespace {
 // Two buffers per parameter: a round writes `next`; commit() swaps it in.
 class DoubleBuffered final : public EngineMemory {
  public:
-  int commits = 0, discards = 0;
+  std::atomic<int> commits = 0, discards = 0;  // read by the test, written by a server thread
 
   std::optional<DLTensor> destination(const ParamMeta& p) override {
     std::lock_guard<std::mutex> l(mu_);
