@@ -10,11 +10,12 @@ namespace wt::python {
 
 namespace py = pybind11;
 
-void bind_clients(py::module_& m);   // HttpClient
-void bind_trainer(py::module_& m);   // trainer_init, TrainerEngine, SparsePatch, make_delta
-void bind_worker(py::module_& m);    // WorkerEngine
-void bind_receiver(py::module_& m);  // Receiver
-void bind_tools(py::module_& m);     // plugins
+void bind_clients(py::module_& m);         // HttpClient
+void bind_trainer(py::module_& m);         // trainer_init, TrainerEngine, SparsePatch, make_delta
+void bind_worker(py::module_& m);          // WorkerEngine
+void bind_receiver(py::module_& m);        // Receiver
+void bind_tools(py::module_& m);           // plugins
+void bind_engine_session(py::module_& m);  // EngineSession
 
 // Runs `work` on a thread of its own, the GIL released, while this thread keeps Python's signal
 // handlers running (every 50 ms): on Ctrl-C, `abort` is called and the call ends with

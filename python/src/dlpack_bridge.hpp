@@ -67,6 +67,9 @@ void call_with_view(py::handle fn, const char* name, const DLTensor& t, std::str
 py::object owning(void* data, DLDataType dtype, std::vector<int64_t> shape,
                   std::function<void()> release);
 
+// "cpu", "cuda" or "cuda:N"; else WT_ERR_INVALID_ARGUMENT naming the text (worker_binding.cpp).
+DLDevice parse_device(const std::string& text);
+
 // torch.dtype / numpy dtype / "bfloat16" -> DLDataType; throws InvalidArgument naming `what`.
 DLDataType dtype_of(py::handle dtype, const std::string& what);
 

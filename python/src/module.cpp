@@ -14,5 +14,6 @@ PYBIND11_MODULE(_wt, m) {
   wt::python::bind_worker(m);
   wt::python::bind_tools(m);
   wt::python::bind_launcher_group(m);
+  wt::python::bind_engine_session(m);
   m.attr("__version__") = WT_VERSION_STRING;
 }

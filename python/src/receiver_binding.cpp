@@ -12,8 +12,6 @@
 
 namespace wt::python {
 
-DLDevice parse_device(const std::string& text);  // worker_binding.cpp
-
 PyReceiver::PyReceiver(const std::string& backend, py::object options, const std::string& device,
                        unsigned load_threads, py::object on_commit)
     : on_commit_(std::move(on_commit)) {

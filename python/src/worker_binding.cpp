@@ -8,6 +8,7 @@
 #include "py_errors.hpp"
 #include "py_json.hpp"
 #include "py_stream.hpp"
+#include "stager.hpp"
 
 #include <wt/dtype.hpp>
 #include <wt/engine.hpp>
@@ -42,73 +43,6 @@ DLDevice parse_device(const std::string& text) {
 }
 
 namespace {
-
-// The staging tensors of a staged worker: one per destination, made like it (same dtype, shape
-// and device, contiguous) at its first round and kept for the next ones; what a round wrote
-// into them is copied into the destinations at finish. Touched only with the GIL held.
-class Stager {
- public:
-  ~Stager() { clear(); }
-
-  // Where the backend writes `name` this round instead of `destination` (checked already).
-  DLTensor stage(const std::string& name, py::object destination, const DLTensor& d) {
-    auto it = slots_.find(name);
-    if (it == slots_.end() || !same_form(it->second.held.tensor(), d)) {
-      Slot slot;
-      slot.staging =
-          is_torch_tensor(destination)
-              ? py::module_::import("torch").attr("empty_like")(
-                    destination, py::arg("memory_format") =
-                                     py::module_::import("torch").attr("contiguous_format"))
-              : py::module_::import("numpy").attr("empty_like")(destination,
-                                                                py::arg("order") = "C");
-      slot.held = to_dlpack(slot.staging, "the staging tensor of '{}'", name);
-      it = slots_.insert_or_assign(name, std::move(slot)).first;
-    }
-    if (it->second.destination.is_none()) written_.push_back(name);
-    it->second.destination = std::move(destination);
-    DLTensor out = it->second.held.tensor();
-    out.strides = nullptr;  // made contiguous
-    return out;
-  }
-
-  // The round finished: every staged tensor into its destination (a device copy for CUDA).
-  void commit() {
-    for (const std::string& name : written_) {
-      Slot& slot = slots_.at(name);
-      py::object dst = std::exchange(slot.destination, py::none());
-      if (is_torch_tensor(dst))
-        dst.attr("detach")().attr("copy_")(slot.staging);
-      else
-        py::module_::import("numpy").attr("copyto")(dst, slot.staging);
-    }
-    written_.clear();
-  }
-
-  // The round ended without finishing: what it staged is dropped, the destinations untouched.
-  void drop() {
-    for (const std::string& name : written_) slots_.at(name).destination = py::none();
-    written_.clear();
-  }
-
-  void clear() {
-    written_.clear();
-    slots_.clear();
-  }
-
- private:
-  static bool same_form(const DLTensor& a, const DLTensor& b) {
-    return a.dtype == b.dtype && a.ndim == b.ndim && a.device.device_type == b.device.device_type &&
-           a.device.device_id == b.device.device_id &&
-           std::equal(a.shape, a.shape + a.ndim, b.shape);
-  }
-  struct Slot {
-    py::object staging, destination = py::none();
-    Held held;
-  };
-  std::map<std::string, Slot> slots_;
-  std::vector<std::string> written_;  // staged this round, in order
-};
 
 // The Loader of one receive(): Python's load and destination, called with the GIL.
 class PyLoader final : public Loader {
@@ -153,21 +87,8 @@ class PyLoader final : public Loader {
                         fmt::format("destination('{}') raised", param.name));
     }
     if (d.is_none()) return std::nullopt;
-    Held h = to_dlpack(d, "destination('{}')", param.name);
+    Held h = checked_destination(d, param);
     const DLTensor& t = h.tensor();
-    const bool same_shape = t.ndim == static_cast<int32_t>(param.shape.size()) &&
-                            std::equal(param.shape.begin(), param.shape.end(), t.shape);
-    if (!(t.dtype == param.dtype) || !same_shape || !is_compact(t) || t.byte_offset != 0)
-      throw Error(WT_ERR_INVALID_ARGUMENT,
-                  fmt::format("destination('{}') returned a {}{} tensor, but the update sends {} "
-                              "{}",
-                              param.name, describe(t), is_compact(t) ? "" : " non-contiguous",
-                              torch_name(param.dtype), [&] {
-                                std::string s;
-                                for (std::size_t i = 0; i < param.shape.size(); ++i)
-                                  s += (i ? "x" : "") + std::to_string(param.shape[i]);
-                                return s.empty() ? std::string("scalar") : s;
-                              }()));
     handed_out_.insert(param.name);
     if (stager_ != nullptr) return stager_->stage(param.name, std::move(d), t);
     held_.push_back(std::move(h));

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import wt
-from conftest import DOCS, docs_python_block, free_port, raw_bytes
+from conftest import DOCS, docs_python_block, free_port, raw_bytes, xxh3
 
 
 def engine_recipe():
@@ -111,3 +111,41 @@ def test_an_engine_that_keeps_the_committed_view_is_refused_naming_it():
         engine.send_weights(weight_version="v")
     engine.close()
     receiver.stop()
+
+
+def test_an_engine_session_serves_the_engines_own_parameters_and_stages_each_round():
+    """wt.EngineSession: vLLM's routes over the engine's parameters (the server `wt serve` is),
+    no copy of the model held beyond the staging; a round that does not finish leaves them."""
+    torch.manual_seed(2)
+    served = torch.nn.Linear(8, 8)
+    ptrs = {n: p.data_ptr() for n, p in served.named_parameters()}
+    session = wt.EngineSession("nccl", served)
+    url = session.serve(port=0)
+    trained = torch.nn.Linear(8, 8)
+    engine = trainer(url, trained)
+    engine.send_weights(weight_version="v1")
+    assert same(served, trained) and session.weight_version == "v1"
+    assert all(p.data_ptr() == ptrs[n] for n, p in served.named_parameters())
+    assert wt.HttpClient(url).weight_checksums() == {n: xxh3(p) for n, p in
+                                                     served.named_parameters()}
+    engine.close()
+    before = [raw_bytes(p) for p in served.parameters()]
+
+    def failing_source():  # the round's second tensor cannot be read: it never finishes
+        def pairs():
+            for name, p in trained.named_parameters():
+                if name == "bias":
+                    raise RuntimeError("the optimizer state is gone")
+                yield name, p.detach() + 1
+        return pairs()
+
+    engine = wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
+                              "master_port": free_port()}, client=url, source=failing_source,
+                             metadata=[(n, p.dtype, tuple(p.shape))
+                                       for n, p in trained.named_parameters()])
+    with pytest.raises(wt.Error, match="optimizer state is gone"):
+        engine.send_weights(weight_version="v2")
+    assert [raw_bytes(p) for p in served.parameters()] == before
+    assert session.weight_version == "v1"
+    engine.close()
+    session.stop()

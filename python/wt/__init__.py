@@ -24,7 +24,7 @@ import warnings as _warnings
 import weakref as _weakref
 
 from . import _foreign_shards, errors
-from ._wt import (HttpClient, LauncherGroup, PinnedSource, Receiver, SparsePatch, WorkerEngine,
+from ._wt import (EngineSession, HttpClient, LauncherGroup, PinnedSource, Receiver, SparsePatch, WorkerEngine,
                   __version__, add_plugin_directory, make_delta, plugins, search_path)
 from ._wt import TrainerEngine as _TrainerEngine
 from .errors import (Aborted, Device, Error, Incompatible, Internal, InvalidArgument, NotFound,
@@ -32,7 +32,7 @@ from .errors import (Aborted, Device, Error, Incompatible, Internal, InvalidArgu
 
 __all__ = [
     "trainer_init", "TrainerEngine", "WorkerEngine", "Receiver", "HttpClient", "SparsePatch", "Shard",
-    "PinnedSource", "LauncherGroup",
+    "PinnedSource", "LauncherGroup", "EngineSession",
     "make_delta", "plugins", "search_path", "add_plugin_directory", "launch", "errors", "Error",
     "InvalidArgument", "Incompatible", "Unsupported", "State", "System", "Device", "Timeout",
     "Aborted", "Remote", "NotFound", "Internal", "__version__",
