@@ -5,6 +5,7 @@
 #include "bindings.hpp"
 #include "dlpack_bridge.hpp"
 #include "py_json.hpp"
+#include "serving.hpp"
 #include "stager.hpp"
 
 #include <wt/checksum.hpp>
@@ -100,14 +101,7 @@ class PyEngineSession {
   }
 
   std::string serve(const std::string& host, int port, const std::string& token) {
-    if (server_) throw Error(WT_ERR_STATE, "this session already serves at " + server_->url());
-    HttpServer::Options o;
-    o.host = host;
-    o.port = port;
-    o.bearer_token = token;
-    auto server = std::make_unique<HttpServer>(*session_, o);
-    server->start();
-    server_ = std::move(server);
+    server_ = start_serving(*session_, server_, "this session", host, port, token);
     return server_->url();
   }
   void stop() {

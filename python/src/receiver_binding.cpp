@@ -4,6 +4,7 @@
 #include "py_json.hpp"
 #include "py_receiver.hpp"
 #include "py_source.hpp"
+#include "serving.hpp"
 
 #include <wt/error.hpp>
 
@@ -54,14 +55,7 @@ PyReceiver::~PyReceiver() {
 }
 
 std::string PyReceiver::serve(const std::string& host, int port, const std::string& token) {
-  if (server_) throw Error(WT_ERR_STATE, "this receiver already serves at " + server_->url());
-  HttpServer::Options o;
-  o.host = host;
-  o.port = port;
-  o.bearer_token = token;
-  auto server = std::make_unique<HttpServer>(*receiver_, o);
-  server->start();
-  server_ = std::move(server);
+  server_ = start_serving(*receiver_, server_, "this receiver", host, port, token);
   return server_->url();
 }
 

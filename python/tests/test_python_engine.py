@@ -25,6 +25,25 @@ def same(a, b):
     return all(raw_bytes(p) == raw_bytes(q) for p, q in zip(a.parameters(), b.parameters()))
 
 
+def failed_round(url, trained):
+    """A round whose second tensor cannot be read on the trainer: it never finishes."""
+    def source():
+        def pairs():
+            for name, p in trained.named_parameters():
+                if name == "bias":
+                    raise RuntimeError("the optimizer state is gone")
+                yield name, p.detach() + 1
+        return pairs()
+
+    engine = wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
+                              "master_port": free_port()}, client=url, source=source,
+                             metadata=[(n, p.dtype, tuple(p.shape))
+                                       for n, p in trained.named_parameters()])
+    with pytest.raises(wt.Error, match="optimizer state is gone"):
+        engine.send_weights(weight_version="failed")
+    engine.close()
+
+
 def test_the_docs_engine_receives_every_round_into_its_parameters():
     scope = {}
     exec(compile(engine_recipe().replace("port=8000", "port=0"), str(DOCS), "exec"), scope)
@@ -55,27 +74,9 @@ def test_a_round_that_does_not_finish_leaves_the_engines_parameters_as_they_were
 
     receiver = wt.Receiver("nccl", on_commit=commit)
     url = receiver.serve(port=0)
-    trained = torch.nn.Linear(8, 8)
-    calls = {"n": 0}
-
-    def failing_source():  # the second tensor of the round cannot be read
-        def pairs():
-            for name, p in trained.named_parameters():
-                calls["n"] += 1
-                if name == "bias":
-                    raise RuntimeError("the optimizer state is gone")
-                yield name, p
-        return pairs()
-
-    engine = wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
-                              "master_port": free_port()}, client=url, source=failing_source,
-                             metadata=[(n, p.dtype, tuple(p.shape))
-                                       for n, p in trained.named_parameters()])
-    with pytest.raises(wt.Error, match="optimizer state is gone"):
-        engine.send_weights(weight_version="v")
+    failed_round(url, torch.nn.Linear(8, 8))
     assert [raw_bytes(p) for p in model.parameters()] == before
     assert receiver.rounds_finished == 0
-    engine.close()
     receiver.stop()
 
 
@@ -131,21 +132,7 @@ def test_an_engine_session_serves_the_engines_own_parameters_and_stages_each_rou
     engine.close()
     before = [raw_bytes(p) for p in served.parameters()]
 
-    def failing_source():  # the round's second tensor cannot be read: it never finishes
-        def pairs():
-            for name, p in trained.named_parameters():
-                if name == "bias":
-                    raise RuntimeError("the optimizer state is gone")
-                yield name, p.detach() + 1
-        return pairs()
-
-    engine = wt.trainer_init({"backend": "nccl", "master_address": "127.0.0.1",
-                              "master_port": free_port()}, client=url, source=failing_source,
-                             metadata=[(n, p.dtype, tuple(p.shape))
-                                       for n, p in trained.named_parameters()])
-    with pytest.raises(wt.Error, match="optimizer state is gone"):
-        engine.send_weights(weight_version="v2")
+    failed_round(url, trained)
     assert [raw_bytes(p) for p in served.parameters()] == before
     assert session.weight_version == "v1"
-    engine.close()
     session.stop()
