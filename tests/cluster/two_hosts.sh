@@ -15,7 +15,10 @@
 set -euo pipefail
 wt=$1
 cache=$2
-deadline_s=5  # the stall deadline on both sides: no byte moving for this long fails a round
+# The stall deadline on both sides: no byte moving for this long fails a round. 10 s: a trainer
+# rank whose first round faults in its memory slowly (a loaded machine spends seconds in the
+# kernel per GB) keeps its peers' pairs idle meanwhile, and 5 s failed there.
+deadline_s=10
 round_s=120   # a round's own bound: a slow round on a loaded machine still completes
 control_s=15  # the control plane's (receiver.timeout_s): a cut between two broadcasts meets it
 tag="wt$$"
