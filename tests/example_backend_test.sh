@@ -10,14 +10,7 @@ work=$build/example_backend
 rm -rf "$work"
 mkdir -p "$work/plugins" "$work/shared" "$work/conformance-shared"
 chmod 0755 "$work/plugins"
-prefix=$work/prefix
-cmake --install "$build" --prefix "$prefix" >/dev/null
-# From the installed copy of the example, as a user without the source tree has it.
-example=$prefix/share/doc/wt/examples/file_backend
-[[ -f $example/CMakeLists.txt ]] || { echo "the example is not installed in $example"; exit 1; }
-cp -r "$example" "$work/source"
-cmake -S "$work/source" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$work/build" >/dev/null
+source "$src/tests/install/build_installed_example.sh" file_backend
 cp "$work/build/libwt_file.so" "$work/plugins/"
 wt=$prefix/bin/wt
 export WT_PLUGIN_PATH=$work/plugins

@@ -8,13 +8,7 @@ src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
 work=$build/example_engine
 rm -rf "$work"
 mkdir -p "$work"
-prefix=$work/prefix
-cmake --install "$build" --prefix "$prefix" >/dev/null
-example=$prefix/share/doc/wt/examples/engine
-[[ -f $example/engine.cpp ]] || { echo "the example is not installed in $example"; exit 1; }
-cp -r "$example" "$work/source"
-cmake -S "$work/source" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$work/build" >/dev/null
+source "$src/tests/install/build_installed_example.sh" engine
 echo "the example engine builds against the installed wt ($(wc -l < "$work/source/engine.cpp") lines)"
 wt=$prefix/bin/wt
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
