@@ -1,6 +1,10 @@
 // ipc host-memory throughput for a 1 GiB model, next to the best copy this machine does of the
-// same bytes in the same run: memcpy into a pre-faulted destination backed as the receiver's is
-// (anonymous, transparent huge pages), with one thread and with the receiver's N copy threads.
+// same bytes from the same kind of memory in the same run. That limit is the faster of two
+// copies, each with the receiver's N threads (and with one): a plain memcpy, every thread one
+// contiguous share of the model into a warm malloc'd destination, and the receiver's own pattern,
+// tensor by tensor into a warm anonymous destination with transparent huge pages. Each ipc round
+// is split into its client calls (start, update, finish): the update is where the receiver maps
+// and copies, so its rate against the limit shows where the rest of the time goes.
 // A trainer in this process sends to a `wt serve` receiver process over HTTP + POSIX shared
 // memory; rounds are timed after warm-up rounds, and the first rounds are printed apart (what a
 // new receiver's first sync costs). Prints GB/s and every ratio against the N-thread limit.
@@ -28,7 +32,11 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -115,7 +123,41 @@ uint64_t own_faults() {
   return static_cast<uint64_t>(u.ru_minflt);
 }
 
+// The trainer's client, timing each kind of call of a round (start, update, finish).
+class PhaseClient : public wt::Client {
+ public:
+  explicit PhaseClient(const std::string& url) : http_(url) {}
+  void init_weight_transfer_engine(std::string_view j) override {
+    http_.init_weight_transfer_engine(j);
+  }
+  void start_weight_update() override {
+    timed("start", [&] { http_.start_weight_update(); });
+  }
+  void update_weights(std::string_view j) override {
+    timed("update", [&] { http_.update_weights(j); });
+  }
+  void finish_weight_update(const std::optional<std::string>& v) override {
+    timed("finish", [&] { http_.finish_weight_update(v); });
+  }
+  void end_weight_update(std::string_view r) override { http_.end_weight_update(r); }
+  void abort_calls() override { http_.abort_calls(); }
+  std::map<std::string, double> phases;  // seconds per kind of call, this round
+
+ private:
+  template <typename F>
+  void timed(const char* name, F&& f) {
+    auto t0 = Clock::now();
+    f();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::lock_guard<std::mutex> l(mu_);  // packed updates may overlap on side threads
+    phases[name] += s;
+  }
+  wt::HttpClient http_;
+  std::mutex mu_;
+};
+
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -145,23 +187,20 @@ int main(int argc, char** argv) {
   const auto tensor_bytes = static_cast<std::size_t>(tensor_mib) << 20;
   BlockSource private_source(total, tensor_bytes, false), shm_source(total, tensor_bytes, true);
 
-  // The copy limit: the same bytes into a warm destination allocated as the receiver allocates
-  // its own (anonymous, huge pages on request), split over `threads` threads as the receiver
-  // splits a round, measured again before every ipc round so that each ratio compares figures
-  // taken under the same conditions.
+  // The copy limit, measured again before every ipc round so that each ratio compares figures
+  // taken under the same conditions: the faster of a plain memcpy (each thread one contiguous
+  // share, into a warm malloc'd destination) and the receiver's pattern (tensor by tensor into a
+  // warm anonymous destination with huge pages on request, as the receiver allocates its own).
   const std::size_t dst_size = private_source.total();
   auto* dst = static_cast<unsigned char*>(
       mmap(nullptr, dst_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (dst == MAP_FAILED) throw std::runtime_error("cannot allocate the memcpy destination");
   madvise(dst, dst_size, MADV_HUGEPAGE);
   std::memset(dst, 0, dst_size);
+  std::unique_ptr<unsigned char[]> plain_dst(new unsigned char[dst_size]);
+  std::memset(plain_dst.get(), 0, dst_size);
   const unsigned copy_threads = load_threads > 0 ? load_threads : wt::default_copy_threads();
-  auto copy_limit = [&](BlockSource& from, unsigned threads) {
-    auto part = [&](unsigned k) {
-      const std::size_t n = from.count(), lo = n * k / threads, hi = n * (k + 1) / threads;
-      for (std::size_t i = lo; i < hi; ++i)
-        std::memcpy(dst + i * tensor_bytes, from.block(i), tensor_bytes);
-    };
+  auto on_threads = [](unsigned threads, const std::function<void(unsigned)>& part) {
     auto t0 = Clock::now();
     std::vector<std::thread> pool;
     for (unsigned k = 1; k < threads; ++k) pool.emplace_back(part, k);
@@ -169,14 +208,35 @@ int main(int argc, char** argv) {
     for (auto& t : pool) t.join();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  for (int i = 0; i < 2; ++i) {  // warm: both sources' pages and the destination's
+  auto receiver_pattern = [&](BlockSource& from, unsigned threads) {
+    return on_threads(threads, [&](unsigned k) {
+      const std::size_t n = from.count(), lo = n * k / threads, hi = n * (k + 1) / threads;
+      for (std::size_t i = lo; i < hi; ++i)
+        std::memcpy(dst + i * tensor_bytes, from.block(i), tensor_bytes);
+    });
+  };
+  auto plain_memcpy = [&](BlockSource& from, unsigned threads) {
+    return on_threads(threads, [&](unsigned k) {
+      const std::size_t n = from.total(), lo = n * k / threads, hi = n * (k + 1) / threads;
+      std::memcpy(plain_dst.get() + lo, from.block(0) + lo, hi - lo);
+    });
+  };
+  struct Limit {
+    double seconds, plain, pattern;  // the limit (the faster), and each copy's time
+  };
+  auto copy_limit = [&](BlockSource& from, unsigned threads) {
+    const double plain = plain_memcpy(from, threads), pattern = receiver_pattern(from, threads);
+    return Limit{std::min(plain, pattern), plain, pattern};
+  };
+  for (int i = 0; i < 2; ++i) {  // warm: both sources' pages and the destinations'
     copy_limit(private_source, copy_threads);
     copy_limit(shm_source, copy_threads);
   }
   fmt::print(
       "model: {} tensors x {} MiB = {:.2f} GiB; copy-limit and ipc rounds alternate, figures are "
-      "medians of {} rounds after {} warm-up rounds; the limit is memcpy with 1 and with {} "
-      "thread(s) (the receiver's copy threads)\n",
+      "medians of {} rounds after {} warm-up rounds; the limit is the faster of a plain memcpy "
+      "and the receiver's copy pattern, with 1 and with {} thread(s) (the receiver's copy "
+      "threads), from the same kind of memory as the case's weights\n",
       private_source.count(), tensor_mib,
       static_cast<double>(private_source.total()) / (1ull << 30), rounds, warmup, copy_threads);
 
@@ -204,15 +264,17 @@ int main(int argc, char** argv) {
         wt_path, {"--backend", "ipc", "--load-threads", std::to_string(rx_threads),
                   "--expect-model-bytes", std::to_string(source.total())});
     {
-      wt::HttpClient client(url);
+      PhaseClient client(url);
       nlohmann::json fields = {{"backend", "ipc"}, {"rank", 0}, {"packed", c.packed}};
       if (c.packed)
         fields.update({{"packed_buffer_size_bytes", c.buffer}, {"packed_num_buffers", c.buffers}});
       auto engine = wt::trainer_init(wt::InitInfo::from_object(fields), client, &source);
-      std::vector<double> ipc, one, many, ratio, first, rx_faults, tx_faults;
+      std::vector<double> ipc, one, many, plain, pattern, ratio, first, rx_faults, tx_faults;
+      std::map<std::string, std::vector<double>> phases;
       for (int r = 0; r < warmup + rounds; ++r) {
-        double m1 = copy_limit(source, 1), mn = copy_limit(source, rx_threads);
+        const Limit l1 = copy_limit(source, 1), ln = copy_limit(source, rx_threads);
         const uint64_t rx0 = faults_of(server->pid()), tx0 = own_faults();
+        client.phases.clear();
         auto t0 = Clock::now();
         engine->send_weights();
         double t = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -227,9 +289,19 @@ int main(int argc, char** argv) {
         tx_faults.push_back(tx);
         if (r < warmup) continue;
         ipc.push_back(t);
-        one.push_back(m1);
-        many.push_back(mn);
-        ratio.push_back(mn / t);
+        one.push_back(l1.seconds);
+        many.push_back(ln.seconds);
+        plain.push_back(ln.plain);
+        pattern.push_back(ln.pattern);
+        ratio.push_back(ln.seconds / t);
+        double calls = 0;
+        for (const auto& [name, sec] : client.phases) {
+          phases[name].push_back(sec);
+          calls += sec;
+        }
+        // Packed updates run on side threads and overlap: then the calls add up to more than the
+        // round, and the time outside them is shown as 0.
+        phases["(outside the calls)"].push_back(std::max(0.0, t - calls));
       }
       auto gbs = [&](double sec) { return static_cast<double>(source.total()) / sec / 1e9; };
       const double r = median(ratio);
@@ -238,21 +310,30 @@ int main(int argc, char** argv) {
                                 : best_copy;
       best = std::max(best, r);
       fmt::print(
-          "ipc {:<42} rx {} thr {:>6.3f} s {:>6.2f} GB/s | limit {:>6.2f} GB/s (1 thr {:>6.2f}) | "
-          "{:.2f}x limit | first rounds {:.2f}x, {:.2f}x the median | faults per warm round: "
-          "receiver {:.0f}, trainer {:.0f}\n",
-          c.name, rx_threads, median(ipc), gbs(median(ipc)), gbs(median(many)), gbs(median(one)), r,
-          first.size() > 0 ? first[0] / median(ipc) : 0,
+          "ipc {:<42} rx {} thr {:>6.3f} s {:>6.2f} GB/s | limit {:>6.2f} GB/s (plain memcpy "
+          "{:.2f}, receiver pattern {:.2f}; 1 thr {:.2f}) | {:.2f}x limit | first rounds {:.2f}x, "
+          "{:.2f}x the median | faults per warm round: receiver {:.0f}, trainer {:.0f}\n",
+          c.name, rx_threads, median(ipc), gbs(median(ipc)), gbs(median(many)), gbs(median(plain)),
+          gbs(median(pattern)), gbs(median(one)), r, first.size() > 0 ? first[0] / median(ipc) : 0,
           first.size() > 1 ? first[1] / median(ipc) : 0,
           median({rx_faults.end() - rounds, rx_faults.end()}),
           median({tx_faults.end() - rounds, tx_faults.end()}));
+      std::string split;
+      for (const auto& [name, v] : phases)
+        split += fmt::format("{}{} {:.3f} s", split.empty() ? "" : ", ", name, median(v));
+      fmt::print(
+          "    phases (medians): {}; the update calls move the bytes at {:.2f} GB/s, {:.2f}x "
+          "the limit\n",
+          split, gbs(median(phases["update"])),
+          median(many) / std::max(1e-9, median(phases["update"])));
       std::fflush(stdout);
     }
     server->kill(SIGTERM);
     server->wait();
   }
   fmt::print(
-      "ipc / copy limit with {} thread(s): weights in /dev/shm {:.2f}x (target >= 0.80x; "
+      "ipc / copy limit (the faster of plain memcpy and the receiver's pattern) with {} "
+      "thread(s): weights in /dev/shm {:.2f}x (target >= 0.80x; "
       "{:.2f}x with a one-thread receiver, against the same limit); private weights {:.2f}x, "
       "packed {:.2f}x (targets >= 0.45x)\n",
       copy_threads, in_place, in_place_one_thread, best_copy, best_packed);

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 namespace wt::cli {
 namespace {
@@ -172,15 +173,38 @@ void check_rendezvous_reaches_receivers(const LaunchConfig& cfg,
   }
 }
 
-ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv) {
-  const auto launcher = place_from_env(getenv);
-  if (!launcher)
-    bad(fmt::format(
+namespace {
+
+// Where resolve() puts a problem: thrown at once for a run, recorded for a dry run.
+struct Problems {
+  std::vector<std::string>* collected = nullptr;
+  void operator()(const std::string& why) const {
+    if (collected == nullptr) bad(why);
+    collected->push_back(why);
+  }
+};
+
+void check_group_address(const LaunchConfig& cfg, const ClusterPlace& p, const Problems& problem);
+void check_secret(const LaunchConfig& cfg, const Getenv& getenv, ClusterPlace& p,
+                  const Problems& problem);
+
+ClusterPlace resolve(const LaunchConfig& cfg, const Getenv& getenv, const Problems& problem) {
+  std::optional<LauncherPlace> launcher;
+  try {
+    launcher = place_from_env(getenv);
+  } catch (const Error& e) {
+    problem(e.what());
+    return {};
+  }
+  ClusterPlace p;
+  if (!launcher) {
+    problem(fmt::format(
         "--rank-from-env: no cluster launcher found in the environment (torchrun's RANK and "
         "WORLD_SIZE, SLURM's SLURM_PROCID and SLURM_NTASKS, Open MPI's OMPI_COMM_WORLD_RANK and "
         "OMPI_COMM_WORLD_SIZE); without one, run `wt launch {}`, which starts every rank itself",
         cfg.file));
-  ClusterPlace p;
+    return p;
+  }
   p.launcher = *launcher;
   p.rank = launcher->rank;
   p.world_size = launcher->world_size;
@@ -188,10 +212,10 @@ ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv
   const std::string said =
       fmt::format("{} ({})", launcher->source, fmt::join(launcher->variables, ", "));
   if (cfg.trainer_ranks_given && cfg.trainer_ranks != p.world_size)
-    bad(fmt::format("{}: trainer.ranks is {}, but the launcher says the world size is {}: {}",
-                    cfg.file, cfg.trainer_ranks, p.world_size, said));
+    problem(fmt::format("{}: trainer.ranks is {}, but the launcher says the world size is {}: {}",
+                        cfg.file, cfg.trainer_ranks, p.world_size, said));
   if (p.world_size > 64)
-    bad(
+    problem(
         fmt::format("the launcher's world size is {}, but a trainer group has at most 64 ranks "
                     "(trainer.ranks): {}",
                     p.world_size, said));
@@ -206,25 +230,43 @@ ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv
   if (p.world_size == 1) return p;  // a group of one: nothing to meet, nothing to share
 
   if (p.group_address.empty())
-    bad(
+    problem(
         fmt::format("{}: the launcher ({}) does not say where trainer rank 0 runs: set "
                     "trainer.group_address to its host",
                     cfg.file, said));
   if (launcher->master_port != 0 && launcher->master_port == p.group_port)
-    bad(
+    problem(
         fmt::format("{}: trainer.group_port is {}, the launcher's MASTER_PORT, which its own "
                     "store holds: give wt another port",
                     cfg.file, p.group_port));
+  check_group_address(cfg, p, problem);
+  check_secret(cfg, getenv, p, problem);
+  return p;
+}
+
+// Rank 0's host: it resolves, to an address the other hosts can dial, and on rank 0 to this host.
+void check_group_address(const LaunchConfig& cfg, const ClusterPlace& p, const Problems& problem) {
+  if (p.group_address.empty()) return;
+  const auto& launcher = p.launcher;
+  const std::string said =
+      fmt::format("{} ({})", launcher.source, fmt::join(launcher.variables, ", "));
   const auto addresses = resolve_addresses(p.group_address);
-  if (addresses.empty())
-    bad(fmt::format("{} '{}' (trainer rank 0's host) does not resolve", p.group_address_from,
-                    p.group_address));
-  check_dialable(p.group_address_from, p.group_address, addresses);
-  if (launcher->hosts > 1 && std::all_of(addresses.begin(), addresses.end(), is_loopback_address))
-    bad(fmt::format(
+  if (addresses.empty()) {
+    problem(fmt::format("{} '{}' (trainer rank 0's host) does not resolve", p.group_address_from,
+                        p.group_address));
+    return;
+  }
+  try {
+    check_dialable(p.group_address_from, p.group_address, addresses);
+  } catch (const Error& e) {
+    problem(e.what());
+    return;
+  }
+  if (launcher.hosts > 1 && std::all_of(addresses.begin(), addresses.end(), is_loopback_address))
+    problem(fmt::format(
         "{} '{}' resolves to {}, a loopback address, but the job's {} ranks run on {} hosts ({}): "
         "the ranks on the other hosts could never reach trainer rank 0 there. {}",
-        p.group_address_from, p.group_address, addresses.front(), p.world_size, launcher->hosts,
+        p.group_address_from, p.group_address, addresses.front(), p.world_size, launcher.hosts,
         said,
         p.rank == 0 ? "On this host (rank 0's) the name resolves to loopback, as /etc/hosts does "
                       "for a host's own name on Debian and Ubuntu (127.0.1.1): set "
@@ -233,7 +275,7 @@ ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv
   // Rank 0 listens there: an address of another host (a node list whose first host is not rank
   // 0's, a typo) would fail only at the bind, and the others would wait out their deadline.
   if (p.rank == 0 && std::none_of(addresses.begin(), addresses.end(), is_local_address))
-    bad(
+    problem(
         fmt::format("this is trainer rank 0, which hosts the trainer group, but {} '{}' resolves "
                     "to {}, none of which is an address of this host: set trainer.group_address "
                     "to rank 0's host",
@@ -246,31 +288,50 @@ ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv
                             : std::vector<std::string>{};
     for (const auto& a : theirs)
       if (std::find(addresses.begin(), addresses.end(), a) != addresses.end())
-        bad(
+        problem(
             fmt::format("{}: trainer.group_port {} is init_info.master_port too, on the same host "
                         "({}): the trainer group and the backend's rendezvous each need their own",
                         cfg.file, p.group_port, a));
   }
+}
 
-  const char* env_secret = getenv("WT_TRAINER_SECRET");
-  std::string from_env = env_secret != nullptr && *env_secret != '\0'
-                             ? checked_secret(env_secret, "WT_TRAINER_SECRET")
-                             : std::string();
-  if (!cfg.secret_file.empty()) {
-    p.secret_hex = read_secret_file(cfg.secret_file);
-    p.secret_from = fmt::format("trainer.secret_file ({})", cfg.secret_file);
-    if (!from_env.empty() && from_env != p.secret_hex)
-      bad(fmt::format("{} and WT_TRAINER_SECRET hold different secrets: give one", p.secret_from));
-  } else if (!from_env.empty()) {
-    p.secret_hex = from_env;
-    p.secret_from = "WT_TRAINER_SECRET";
-  } else {
-    bad(
-        fmt::format("the {} trainer ranks meet over TCP at {} and prove a shared secret to "
-                    "each other, but none was given: {}",
-                    p.world_size, plugins::endpoint(p.group_address, p.group_port), kMakeSecret));
+// The group's shared secret: from trainer.secret_file or WT_TRAINER_SECRET, the same where both.
+void check_secret(const LaunchConfig& cfg, const Getenv& getenv, ClusterPlace& p,
+                  const Problems& problem) {
+  try {
+    const char* env_secret = getenv("WT_TRAINER_SECRET");
+    std::string from_env = env_secret != nullptr && *env_secret != '\0'
+                               ? checked_secret(env_secret, "WT_TRAINER_SECRET")
+                               : std::string();
+    if (!cfg.secret_file.empty()) {
+      p.secret_hex = read_secret_file(cfg.secret_file);
+      p.secret_from = fmt::format("trainer.secret_file ({})", cfg.secret_file);
+      if (!from_env.empty() && from_env != p.secret_hex)
+        problem(fmt::format("{} and WT_TRAINER_SECRET hold different secrets: give one",
+                            p.secret_from));
+    } else if (!from_env.empty()) {
+      p.secret_hex = from_env;
+      p.secret_from = "WT_TRAINER_SECRET";
+    } else {
+      bad(
+          fmt::format("the {} trainer ranks meet over TCP at {} and prove a shared secret to "
+                      "each other, but none was given: {}",
+                      p.world_size, plugins::endpoint(p.group_address, p.group_port), kMakeSecret));
+    }
+  } catch (const Error& e) {  // a secret file or variable that cannot be read or is malformed
+    problem(e.what());
   }
-  return p;
+}
+
+}  // namespace
+
+ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv) {
+  return resolve(cfg, getenv, Problems{});
+}
+
+ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv,
+                                   std::vector<std::string>& problems) {
+  return resolve(cfg, getenv, Problems{&problems});
 }
 
 std::vector<std::string> describe(const ClusterPlace& p) {
@@ -281,6 +342,16 @@ std::vector<std::string> describe(const ClusterPlace& p) {
       "this process: trainer rank {} of {}, local rank {}{}", p.rank, p.world_size, p.local_rank,
       p.launcher.hosts > 0 ? fmt::format(", the job on {} host(s)", p.launcher.hosts)
                            : std::string()));
+  if (!p.launcher.host_list.empty()) {
+    constexpr std::size_t kShown = 16;
+    const std::size_t n = std::min(kShown, p.launcher.host_list.size());
+    out.push_back(fmt::format("hosts ({}): {}{}", p.launcher.master_from,
+                              fmt::join(p.launcher.host_list.begin(),
+                                        p.launcher.host_list.begin() + static_cast<long>(n), ", "),
+                              p.launcher.host_list.size() > n
+                                  ? fmt::format(", ... ({} more)", p.launcher.host_list.size() - n)
+                                  : std::string()));
+  }
   if (p.launcher.master_port != 0)
     out.push_back(
         fmt::format("launcher's store: {} (MASTER_PORT, which wt does not bind)",
@@ -292,9 +363,11 @@ std::vector<std::string> describe(const ClusterPlace& p) {
     return out;
   }
   out.push_back(fmt::format(
-      "trainer group: rank 0 hosts its rendezvous at {} ({}, "
-      "trainer.group_port), proven with the secret from {}",
-      plugins::endpoint(p.group_address, p.group_port), p.group_address_from, p.secret_from));
+      "trainer group: rank 0 hosts its rendezvous at {} ({}, trainer.group_port), {}",
+      plugins::endpoint(p.group_address.empty() ? std::string("?") : p.group_address, p.group_port),
+      p.group_address_from.empty() ? std::string("from nowhere") : p.group_address_from,
+      p.secret_from.empty() ? std::string("but no secret to prove was given")
+                            : "proven with the secret from " + p.secret_from));
   std::string pairs;
   try {
     pairs = plugins::local_address_towards(p.group_address);

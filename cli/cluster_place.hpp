@@ -30,6 +30,12 @@ struct ClusterPlace {
 // while the ranks span hosts, and where several ranks have no secret to share.
 ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv);
 
+// The same resolution for `--dry-run`: every problem is recorded in `problems`, in the order found,
+// instead of thrown, and the resolution goes on with what does not depend on it, so that a dry run
+// shows all it resolved beside what is wrong.
+ClusterPlace resolve_cluster_place(const LaunchConfig& cfg, const Getenv& getenv,
+                                   std::vector<std::string>& problems);
+
 // The lines `--dry-run` prints and a rank logs when it starts.
 std::vector<std::string> describe(const ClusterPlace& place);
 

@@ -1,10 +1,12 @@
 // `wt conformance PATH`: runs the conformance checks on one plugin file and prints a table. The
 // checks run in a child process (its own process group, with the `wt serve` it starts), reporting
 // one JSON line per event through a pipe; a check that crashes or outlives its deadline fails, by
-// name, and the child is killed with everything it started.
+// name, and the child is killed with everything it started. This process never loads the plugin:
+// it reads the reports as claims (Reports) and judges the witness itself (conformance/witness.hpp).
 #include "commands.hpp"
 #include "conformance/conformance.hpp"
 #include "conformance/process_tree.hpp"
+#include "conformance/witness.hpp"
 
 #include <wt/error.hpp>
 #include <wt/json_parse.hpp>
@@ -122,176 +124,179 @@ std::string log_tail(const std::string& path, std::size_t lines) {
   return out;
 }
 
-int run_conformance(conformance::Options opts) {
-  opts.wt_program = self_program();
-  std::string tmpl = (fs::temp_directory_path() / "wt-conformance-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr)
-    throw Error(WT_ERR_SYSTEM, fmt::format("cannot make a work directory: {}", strerror(errno)));
-  opts.work_dir = tmpl;
-  opts.nonce = shm::random_hex(16);  // 128 bits (conformance::Options::nonce)
-  const std::string log = opts.work_dir + "/checks.log";
-  // The checks' own temp and working directories (the `leftovers` check reads them).
-  for (const char* d : {"/tmp", "/cwd"})
-    if (::mkdir((opts.work_dir + d).c_str(), 0700) != 0)
-      throw Error(WT_ERR_SYSTEM,
-                  fmt::format("cannot make {}{}: {}", opts.work_dir, d, strerror(errno)));
-  // Whatever the checks start and orphan (a daemon that called setsid, a double fork) becomes
-  // our child instead of init's, so it is found and ended below.
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(WT_ERR_SYSTEM, "pipe failed");
+// The checks process: forked, in a process group of its own, its output in `log`, its reports on
+// `report_fd`. Never returns in the child.
+pid_t start_checks_process(const conformance::Options& opts, int fds[2], const std::string& log) {
   std::fflush(stdout);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw Error(WT_ERR_SYSTEM, "fork failed");
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    // Dies with `wt conformance` (however it ends), taking what it started with it: its `wt serve`
-    // dies with it in turn (Child's PR_SET_PDEATHSIG).
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    ::close(fds[0]);
-    int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (lf >= 0) ::dup2(lf, 1), ::dup2(lf, 2);
-    // The plugin's processes and the worker's `wt serve` inherit these, not the verdict pipe
-    // (close-on-exec); a plugin's forked children are ended after each check.
-    ::setenv("TMPDIR", (opts.work_dir + "/tmp").c_str(), 1);
-    if (::chdir((opts.work_dir + "/cwd").c_str()) != 0) ::_exit(1);
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    PipeReporter reporter(fds[1], opts.nonce);
-    try {
-      conformance::run_checks(opts, reporter);
-    } catch (...) {
-    }
-    std::fflush(nullptr);
-    ::_exit(0);  // a check may have left a thread blocked in the plugin
+  if (pid > 0) return pid;
+  ::setpgid(0, 0);
+  // Dies with `wt conformance` (however it ends), taking what it started with it: its `wt serve`
+  // dies with it in turn (Child's PR_SET_PDEATHSIG).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+  ::close(fds[0]);
+  int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (lf >= 0) ::dup2(lf, 1), ::dup2(lf, 2);
+  // The plugin's processes and the worker's `wt serve` inherit these, not the report pipe
+  // (close-on-exec); a plugin's forked children are ended after each check.
+  ::setenv("TMPDIR", (opts.work_dir + "/tmp").c_str(), 1);
+  if (::chdir((opts.work_dir + "/cwd").c_str()) != 0) ::_exit(1);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  PipeReporter reporter(fds[1], opts.nonce);
+  try {
+    conformance::run_checks(opts, reporter);
+  } catch (...) {
   }
-  ::setpgid(pid, pid);
-  ::close(fds[1]);
-  // Ctrl-C or a SIGTERM kills the checks' process group at once; the loop below then cleans up.
-  g_checks_group = pid;
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: poll returns EINTR
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
+  std::fflush(nullptr);
+  ::_exit(0);  // a check may have left a thread blocked in the plugin
+}
 
-  const auto& defs = conformance::checks();
+// The judge's reading of the checks process's reports. They are claims from a process the plugin
+// runs in: each must carry this run's nonce, name the check that runs next in the list, begin
+// once and end once; anything else is forged, and fails the check it came in. Deadlines come from
+// the list, never from what the reports say: a report cannot extend one.
+class Reports {
+ public:
+  explicit Reports(const conformance::Options& opts) : opts_(opts) {
+    for (const auto& d : conformance::checks())
+      if (!d.judged_outside) order_.push_back(d);
+    for (auto& d : order_)
+      if (std::string(d.name) == "loopback") d.deadline_s += 20 * opts.rounds;  // full syncs
+  }
+  // A deadline for the next report: the running check's, or 30 s between two checks.
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  const std::optional<std::string>& current() const { return current_; }
+  int current_deadline_s() const { return next_ < order_.size() ? order_[next_].deadline_s : 0; }
+
+  void line(std::string_view text) {
+    nlohmann::json j;
+    try {
+      j = parse_json(text);
+    } catch (const JsonError&) {
+      j = nullptr;
+    }
+    if (!j.is_object() || !j.contains("nonce") || !j["nonce"].is_string() ||
+        j["nonce"].get<std::string>() != opts_.nonce)
+      return forged();  // not the checks' own line: written into a descriptor it does not own
+    if (j.contains("plugin")) plugin = j["plugin"];
+    if (j.contains("begin")) {
+      if (current_ || next_ >= order_.size() || !j["begin"].is_string() ||
+          j["begin"].get<std::string>() != order_[next_].name)
+        return forged();  // a check begun twice, or out of order
+      current_ = order_[next_].name;
+      deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(order_[next_].deadline_s);
+    }
+    if (j.contains("end")) {
+      if (!current_ || !j["end"].is_string() || j["end"].get<std::string>() != *current_)
+        return forged();
+      const std::string name = *current_;
+      rows[name] = {j.value("result", "?"), j.value("detail", "")};
+      if (forged_in.count(name) != 0)
+        rows[name] = {"FAIL",
+                      "something other than the checks wrote into the report channel during this "
+                      "check (a line without this run's nonce, or out of order): the plugin "
+                      "writes into descriptors it does not own"};
+      current_.reset();
+      ++next_;
+      deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    }
+  }
+  // Text that never ends a line is not kept past 1 MiB (the checks' own lines are far shorter).
+  void overlong() { forged(); }
+
   std::map<std::string, Row> rows;
-  std::map<std::string, int> deadline_s;
-  for (const auto& d : defs) deadline_s[d.name] = d.deadline_s;
-  deadline_s["loopback"] += 20 * opts.rounds;  // every round is a full sync
   nlohmann::json plugin;
-  std::optional<std::string> current;
-  bool forged = false;
+  bool any_forged = false;
   std::set<std::string> forged_in;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+
+ private:
+  void forged() {
+    any_forged = true;
+    forged_in.insert(current_                ? *current_
+                     : next_ < order_.size() ? std::string(order_[next_].name)
+                                             : std::string("file"));
+  }
+  const conformance::Options& opts_;
+  std::vector<conformance::CheckDef> order_;
+  std::size_t next_ = 0;
+  std::optional<std::string> current_;
+  std::chrono::steady_clock::time_point deadline_ =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+};
+
+// Reads the checks process's reports until it ends or a deadline passes (then it is killed, and
+// the check it was in fails). Returns its wait status.
+int read_reports(int fd, pid_t pid, Reports& reports) {
   std::string buf;
-  bool eof = false, killed = false, exited = false;
+  bool exited = false;
   int status = 0;
-  while (!eof) {
+  for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
+                    reports.deadline() - std::chrono::steady_clock::now())
                     .count();
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};
     // Woken at least every 200 ms to see whether the checks process ended: a process the
     // plugin forked may hold the pipe open after it.
     int r = left > 0 ? ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 200))) : 0;
     if (g_stop_signal != 0) break;
     if (r < 0 && errno == EINTR) continue;
     if (r == 0 && left > 0) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        exited = true;
-        pollfd q{fds[0], POLLIN, 0};
-        if (::poll(&q, 1, 0) <= 0) break;  // nothing more to read
-      }
+      if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) exited = true;
+      pollfd q{fd, POLLIN, 0};
+      if (exited && ::poll(&q, 1, 0) <= 0) break;  // nothing more to read
       continue;
     }
     if (r == 0) {
       ::kill(-pid, SIGKILL);
-      killed = true;
-      if (current)
-        rows[*current] = {"FAIL", fmt::format("did not finish within {} s; the checks were killed "
-                                              "(a call into the plugin never returned?)",
-                                              deadline_s[*current])};
+      if (reports.current())
+        reports.rows[*reports.current()] = {
+            "FAIL", fmt::format("did not finish within {} s; the checks were killed (a call into "
+                                "the plugin never returned?)",
+                                reports.current_deadline_s())};
       break;
     }
     char chunk[4096];
-    ssize_t n = ::read(fds[0], chunk, sizeof chunk);
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      eof = true;
-      break;
-    }
+    if (n <= 0) break;
     buf.append(chunk, static_cast<std::size_t>(n));
-    // The channel is read as hostile: a line is parsed depth-bounded, and text that never ends a
-    // line is not kept past 1 MiB (the checks' own lines are far shorter).
     if (buf.size() > (std::size_t{1} << 20) && buf.find('\n') == std::string::npos) {
       buf.clear();
-      forged = true;
-      if (current) forged_in.insert(*current);
+      reports.overlong();
     }
-    for (std::size_t nl; (nl = buf.find('\n')) != std::string::npos; buf.erase(0, nl + 1)) {
-      nlohmann::json j;
-      try {
-        j = parse_json(std::string_view(buf).substr(0, nl));
-      } catch (const JsonError&) {
-        j = nullptr;
-      }
-      if (!j.is_object() || !j.contains("nonce") || !j["nonce"].is_string() ||
-          j["nonce"].get<std::string>() != opts.nonce) {
-        // Not the checks' own line: something wrote into a descriptor it does not own.
-        forged = true;
-        if (current) forged_in.insert(*current);
-        continue;
-      }
-      if (j.contains("plugin")) plugin = j["plugin"];
-      if (j.contains("begin")) {
-        current = j["begin"].get<std::string>();
-        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s[*current]);
-      }
-      if (j.contains("end")) {
-        const std::string name = j["end"].get<std::string>();
-        rows[name] = {j.value("result", "?"), j.value("detail", "")};
-        if (forged_in.count(name) != 0)
-          rows[name] = {"FAIL",
-                        "something other than the checks wrote into the verdict channel during "
-                        "this check (a line without this run's nonce): the plugin writes into "
-                        "descriptors it does not own"};
-        current.reset();
-        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      }
-    }
+    for (std::size_t nl; (nl = buf.find('\n')) != std::string::npos; buf.erase(0, nl + 1))
+      reports.line(std::string_view(buf).substr(0, nl));
   }
-  ::close(fds[0]);
   // Anything the checks started and left behind goes, before the leader is reaped (its process
   // group must still exist), and then whatever left the group (setsid) and was orphaned to us.
   ::kill(-pid, SIGKILL);
   if (!exited) ::waitpid(pid, &status, 0);
   conformance::kill_descendants(::getpid());
-  if (g_stop_signal != 0) {
-    std::error_code ec;
-    fs::remove_all(opts.work_dir, ec);
-    fmt::print(stderr, "wt conformance: stopped by {}\n",
-               g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
-    return 128 + g_stop_signal;
-  }
-  if (current && !killed)
-    rows[*current] = {"FAIL",
-                      fmt::format("the checks process {} during this check", signal_text(status))};
+  if (reports.current() && g_stop_signal == 0 && reports.rows[*reports.current()].result != "FAIL")
+    reports.rows[*reports.current()] = {
+        "FAIL", fmt::format("the checks process {} during this check", signal_text(status))};
+  return status;
+}
 
+// The table, the summary line and, for a failed run, the checks' last log lines. Returns the
+// exit status: 0 when every check passed or does not apply.
+int print_report(const conformance::Options& opts, const Reports& reports,
+                 std::map<std::string, Row> rows, const std::string& log) {
   fmt::print("wt conformance: {}\n", opts.path);
-  if (!plugin.is_null()) {
+  const nlohmann::json& plugin = reports.plugin;
+  if (plugin.is_object()) {
     std::vector<std::string> caps = plugin.value("capabilities", std::vector<std::string>{});
     fmt::print("plugin: backend {}, version {}, ABI {}, capabilities {}\n",
                plugin.value("backend", "?"), plugin.value("plugin_version", "?"),
                plugin.value("abi_version", 0), fmt::join(caps, ", "));
   }
+  const auto& defs = conformance::checks();
   fmt::print("\n  {:<16} {:<4} {:<6} {}\n", "check", "ABI", "result", "detail");
-  if (forged && forged_in.empty())
-    rows["file"] = {"FAIL", "something other than the checks wrote into the verdict channel"};
+  if (reports.any_forged && reports.forged_in.count("file") != 0 && rows["file"].result == "pass")
+    rows["file"] = {"FAIL", "something other than the checks wrote into the report channel"};
   int passed = 0, failed = 0, skipped = 0, not_applicable = 0, not_run = 0;
   for (const auto& d : defs) {
     const Row& row = rows[d.name];
@@ -317,9 +322,73 @@ int run_conformance(conformance::Options opts) {
     std::string tail = log_tail(log, 20);
     if (!tail.empty()) fmt::print("\nlast lines the checks logged:\n{}", tail);
   }
+  return failed + not_run > 0 ? 1 : 0;
+}
+
+int run_conformance(conformance::Options opts) {
+  opts.wt_program = self_program();
+  std::string tmpl = (fs::temp_directory_path() / "wt-conformance-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    throw Error(WT_ERR_SYSTEM, fmt::format("cannot make a work directory: {}", strerror(errno)));
+  opts.work_dir = tmpl;
+  opts.nonce = shm::random_hex(16);  // 128 bits (conformance::Options::nonce)
+  const std::string log = opts.work_dir + "/checks.log";
+  // The checks' own temp and working directories (the `leftovers` check reads them).
+  for (const char* d : {"/tmp", "/cwd"})
+    if (::mkdir((opts.work_dir + d).c_str(), 0700) != 0)
+      throw Error(WT_ERR_SYSTEM,
+                  fmt::format("cannot make {}{}: {}", opts.work_dir, d, strerror(errno)));
+  // Whatever the checks start and orphan (a daemon that called setsid, a double fork) becomes
+  // our child instead of init's, so it is found and ended below.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // No process of the same user reads this one's memory (the nonce, the witness's seed) through
+  // /proc/PID/mem or ptrace: a plugin's process may try.
+  ::prctl(PR_SET_DUMPABLE, 0);
+
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(WT_ERR_SYSTEM, "pipe failed");
+  const pid_t pid = start_checks_process(opts, fds, log);
+  ::setpgid(pid, pid);
+  ::close(fds[1]);
+  // Ctrl-C or a SIGTERM kills the checks' process group at once; the loop below then cleans up.
+  g_checks_group = pid;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: poll returns EINTR
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+
+  Reports reports(opts);
+  read_reports(fds[0], pid, reports);
+  ::close(fds[0]);
+  std::map<std::string, Row> rows = reports.rows;
+  // The witness, judged here, once the checks process reported the plugin loaded.
+  for (const auto& d : conformance::checks()) {
+    if (!d.judged_outside || g_stop_signal != 0) continue;
+    if (rows["load"].result != "pass") {
+      rows[d.name] = {"skip", "the plugin did not load in the checks"};
+      continue;
+    }
+    auto w = conformance::run_witness(opts, d.deadline_s);
+    rows[d.name] = {w.outcome == Outcome::pass   ? "pass"
+                    : w.outcome == Outcome::fail ? "FAIL"
+                    : w.outcome == Outcome::skip ? "skip"
+                                                 : "n/a",
+                    w.detail};
+    conformance::kill_descendants(::getpid());
+  }
+  if (g_stop_signal != 0) {
+    std::error_code ec;
+    fs::remove_all(opts.work_dir, ec);
+    fmt::print(stderr, "wt conformance: stopped by {}\n",
+               g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    return 128 + g_stop_signal;
+  }
+  const int rc = print_report(opts, reports, std::move(rows), log);
   std::error_code ec;
   fs::remove_all(opts.work_dir, ec);  // made by mkdtemp above: everything in it is ours
-  return failed + not_run > 0 ? 1 : 0;
+  return rc;
 }
 
 }  // namespace
@@ -333,6 +402,7 @@ Run add_conformance_command(CLI::App& app) {
     std::string path, init_info, worker_options;
     int rounds = 3;
     conformance::TrainerProcess trainer;  // the peer-killed check's trainer process
+    conformance::WitnessTrainer witness;  // the witness's processes
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("plugin", o->path, "The plugin file, libwt_<backend>.so")->required();
@@ -350,10 +420,21 @@ Run add_conformance_command(CLI::App& app) {
   auto* trainer_for = cmd->add_option("--trainer-for", o->trainer.url)->group("");
   cmd->add_option("--trainer-fields", o->trainer.fields)->group("");
   cmd->add_option("--checkpoint", o->trainer.checkpoint)->group("");
-  return [o, trainer_for]() {
+  // The witness's processes (conformance/witness.hpp), started by `wt conformance` itself.
+  auto* witness_for = cmd->add_option("--witness-for", o->witness.url)->group("");
+  cmd->add_flag("--witness-probe", o->witness.probe)->group("");
+  cmd->add_option("--witness-world-size", o->witness.worker_world_size)->group("");
+  cmd->add_option("--witness-seed", o->witness.seed)->group("");
+  return [o, trainer_for, witness_for]() {
     if (*trainer_for) {
       o->trainer.plugin = o->path;
       return conformance::run_trainer_process(o->trainer);
+    }
+    if (*witness_for || o->witness.probe) {
+      o->witness.plugin = o->path;
+      o->witness.checkpoint = o->trainer.checkpoint;
+      o->witness.init_info = json_option(o->init_info, "--init-info");
+      return conformance::run_witness_trainer(o->witness);
     }
     conformance::Options opts;
     std::error_code ec;

@@ -562,17 +562,32 @@ int print_dry_run(const LaunchConfig& cfg) {
   else
     for (const auto& url : cfg.receiver_urls) fmt::print("receiver: {}\n", url);
   fmt::print("rounds: {}{}\n", cfg.rounds, cfg.verify ? ", each verified" : "");
-  check_receivers(cfg);
+  // Everything resolved is printed first, then every problem found, each on its own line: a dry
+  // run is for debugging exactly those.
+  std::vector<std::string> problems;
+  try {
+    check_receivers(cfg);
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+  }
   const Getenv getenv = [](const char* n) { return std::getenv(n); };
-  if (!place_from_env(getenv)) {
+  bool launcher = false;
+  try {
+    launcher = place_from_env(getenv).has_value();
+  } catch (const Error&) {
+    launcher = true;  // its variables are there but wrong: resolve_cluster_place says how
+  }
+  if (!launcher)
     fmt::print(
         "launcher: none found in the environment (RANK/WORLD_SIZE, SLURM_PROCID/"
         "SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE): wt launch starts every rank itself\n");
-    return 0;
-  }
-  // What `--rank-from-env` would do here, or why it would refuse.
-  for (const auto& line : describe(resolve_cluster_place(cfg, getenv))) fmt::print("{}\n", line);
-  return 0;
+  else  // what `--rank-from-env` would do here, and why it would refuse
+    for (const auto& line : describe(resolve_cluster_place(cfg, getenv, problems)))
+      fmt::print("{}\n", line);
+  if (problems.empty()) return 0;
+  fmt::print("\n{} problem(s) a run would stop at:\n", problems.size());
+  for (const auto& p : problems) fmt::print("  - {}\n", p);
+  return 1;
 }
 
 }  // namespace

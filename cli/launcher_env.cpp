@@ -182,6 +182,7 @@ std::optional<LauncherPlace> place_from_env(const Getenv& getenv) {
         const auto hosts = expand_slurm_nodelist(list);
         p.master_addr = hosts.front();
         p.hosts = static_cast<int>(hosts.size());
+        p.host_list = hosts;
       }
     }
     return p;

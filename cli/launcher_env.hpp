@@ -19,6 +19,7 @@ struct LauncherPlace {
   // How many hosts the job's ranks run on, where the launcher tells (torchrun's LOCAL_WORLD_SIZE,
   // SLURM's node list, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE); 0: it does not.
   int hosts = 0;
+  std::vector<std::string> host_list;  // the hosts, in order, where the launcher lists them (SLURM)
   std::string source;                  // "torchrun", "SLURM" or "Open MPI": which variables decided
   std::vector<std::string> variables;  // the variables read, in the order read
 };

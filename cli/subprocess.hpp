@@ -117,6 +117,21 @@ class Child {
     reaped_ = true;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  // Waits up to `deadline` for it to exit, reading its output meanwhile but not waiting for that
+  // to end (a process it started may hold the pipe open). Returns as wait() does, or nullopt.
+  std::optional<int> wait_exit(std::chrono::milliseconds deadline) {
+    const auto end = std::chrono::steady_clock::now() + deadline;
+    for (;;) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        drain();
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (std::chrono::steady_clock::now() >= end) return std::nullopt;
+      if (!read_some(20)) ::usleep(20000);
+    }
+  }
   // Kills it and reaps it without waiting for its output to end: a process it started may hold
   // its pipe open. Returns as wait() does.
   int kill_and_reap(int sig) {

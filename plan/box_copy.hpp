@@ -3,6 +3,8 @@
 // compact buffer (a TP slice along dimension 1 is packed on the sender, unpacked on the worker).
 #pragma once
 
+#include <wt/sdk/tensor_layout.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -36,31 +38,13 @@ inline int64_t box_offset(const std::vector<int64_t>& strides, const std::vector
 }
 
 // Copies `extent` elements per dimension from `src` (element strides src_strides) to `dst`
-// (dst_strides), each pointer at the box's first element. Runs along the last dimension that are
-// compact on both sides are one memcpy.
+// (dst_strides), each pointer at the box's first element: wt::copy_strided, the SDK's one strided
+// copy (runs compact on both sides are one memcpy).
 inline void copy_box(unsigned char* dst, const std::vector<int64_t>& dst_strides,
                      const unsigned char* src, const std::vector<int64_t>& src_strides,
-                     const std::vector<int64_t>& extent, std::size_t elem, std::size_t dim = 0) {
-  const std::size_t nd = extent.size();
-  if (nd == 0) {
-    std::memcpy(dst, src, elem);
-    return;
-  }
-  if (dim + 1 == nd) {
-    const int64_t n = extent[dim];
-    if (dst_strides[dim] == 1 && src_strides[dim] == 1) {
-      std::memcpy(dst, src, static_cast<std::size_t>(n) * elem);
-      return;
-    }
-    for (int64_t k = 0; k < n; ++k)
-      std::memcpy(dst + static_cast<std::size_t>(k * dst_strides[dim]) * elem,
-                  src + static_cast<std::size_t>(k * src_strides[dim]) * elem, elem);
-    return;
-  }
-  for (int64_t k = 0; k < extent[dim]; ++k)
-    copy_box(dst + static_cast<std::size_t>(k * dst_strides[dim]) * elem, dst_strides,
-             src + static_cast<std::size_t>(k * src_strides[dim]) * elem, src_strides, extent, elem,
-             dim + 1);
+                     const std::vector<int64_t>& extent, std::size_t elem) {
+  copy_strided(dst, dst_strides.data(), src, src_strides.data(), extent.data(),
+               static_cast<int32_t>(extent.size()), elem);
 }
 
 }  // namespace wt::m2n

@@ -16,10 +16,19 @@
 
 namespace wt::m2n {
 
-bool glob_match(std::string_view pattern, std::string_view text) {
-  // Iterative, with one backtrack point: linear in practice, never exponential.
+bool glob_match(std::string_view pattern, std::string_view text, uint64_t* steps) {
+  // Iterative, with one backtrack point: at most |pattern| * (|text| + 1) steps, never
+  // exponential; `steps` (when given) counts them, for a caller that bounds a layout's work.
   std::size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
-  while (t < text.size()) {
+  uint64_t n = 0;
+  bool matched = false;
+  while (true) {
+    ++n;
+    if (t == text.size()) {
+      while (p < pattern.size() && pattern[p] == '*') ++p;
+      matched = p == pattern.size();
+      break;
+    }
     if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
       ++p, ++t;
     } else if (p < pattern.size() && pattern[p] == '*') {
@@ -29,17 +38,27 @@ bool glob_match(std::string_view pattern, std::string_view text) {
       p = star + 1;
       t = ++resume;
     } else {
-      return false;
+      break;
     }
   }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
+  if (steps != nullptr) *steps += n;
+  return matched;
 }
 
 namespace {
 
 constexpr int kMaxRanks = 1 << 16;
-constexpr std::size_t kMaxParams = std::size_t{1} << 22;
+// What a layout may ask of the planner, so that `wt plan` and an m2n init answer any layout in
+// bounded memory and time, refusing one past a bound with the bound's name: a million parameters
+// (the 1 T MoE layout has under 30,000), 64 MiB of names, and 2^28 glob steps matching them
+// against the rules (under a second; the 1 T layout takes under 10^7).
+constexpr std::size_t kMaxParams = std::size_t{1} << 20;
+constexpr std::size_t kMaxNameBytes = std::size_t{64} << 20;
+constexpr uint64_t kMaxGlobSteps = uint64_t{1} << 28;
+// What the trainer ranks hold, over every distinct (shard dim, shape): 8 M entries, 128 MiB (the
+// 1 T layout lists under 10,000). Without it, a layout of many shapes over 65,536 ranks would ask
+// for a terabyte.
+constexpr std::size_t kMaxHeldEntries = std::size_t{1} << 23;
 constexpr int kMaxDims = 8;
 
 [[noreturn]] void bad(const std::string& what, const std::string& why) {
@@ -97,6 +116,9 @@ std::vector<std::string> expand_names(const std::string& pattern,
     count *= static_cast<std::size_t>(hi - lo);
     if (count > kMaxParams) bad(what, fmt::format("more than {} parameters", kMaxParams));
   }
+  // Each name is at most the pattern plus 10 digits per "{}": bounded before any is made.
+  if (count * (pattern.size() + 10 * ranges.size()) > kMaxNameBytes)
+    bad(what, fmt::format("its {} names would take more than {} MiB", count, kMaxNameBytes >> 20));
   std::vector<std::string> names;
   names.reserve(count);
   std::vector<int64_t> at_value(ranges.size());
@@ -188,7 +210,16 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
   // Members of one entry that different rules pick go to different groups; the holdings of one
   // (rule, shape) are shared.
   std::map<std::tuple<int, std::vector<int64_t>>, std::shared_ptr<const std::vector<Held>>> shared;
-  std::size_t total = 0;
+  std::size_t total = 0, name_bytes = 0, held_entries = 0;
+  uint64_t glob_steps = 0;
+  auto matches = [&](const std::string& rule, const std::string& name) {
+    const bool m = glob_match(rule, name, &glob_steps);
+    if (glob_steps > kMaxGlobSteps)
+      bad(what, fmt::format("matching its parameter names against the holdings and inference "
+                            "rules takes more than {} steps (fewer or simpler '*' rules)",
+                            kMaxGlobSteps));
+    return m;
+  };
   std::unordered_set<std::string> seen;
   const auto& params = array_field(j, "parameters", what);
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -230,11 +261,14 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
       if (!seen.insert(name).second) bad(pw, fmt::format("parameter '{}' is listed twice", name));
     total += names.size();
     if (total > kMaxParams) bad(what, fmt::format("more than {} parameters", kMaxParams));
+    for (const auto& name : names) name_bytes += name.size();
+    if (name_bytes > kMaxNameBytes)
+      bad(what, fmt::format("its names take more than {} MiB", kMaxNameBytes >> 20));
     std::map<std::pair<std::size_t, int>, std::size_t> group_of;  // (holding rule, tp dim) -> group
     for (auto& name : names) {
       std::size_t rule = holding_rules.size();
       for (std::size_t k = 0; k < holding_rules.size() && rule == holding_rules.size(); ++k)
-        if (glob_match(holding_rules[k].match, name)) rule = k;
+        if (matches(holding_rules[k].match, name)) rule = k;
       if (rule == holding_rules.size())
         bad(tw, fmt::format("no holdings rule matches parameter '{}'", name));
       const int shard_dim = holding_rules[rule].shard_dim;
@@ -243,7 +277,7 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
             fmt::format("shard_dim {} is past the {} dims of '{}'", shard_dim, shape.size(), name));
       int tp_dim = -1;
       for (const auto& r : tp_rules)
-        if (glob_match(r.match, name)) {
+        if (matches(r.match, name)) {
           tp_dim = r.dim;
           break;
         }
@@ -253,9 +287,15 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
       auto [it, fresh] = group_of.try_emplace({rule, tp_dim}, l.groups.size());
       if (fresh) {
         auto& h = shared[{shard_dim, shape}];
-        if (!h)
+        if (!h) {
+          held_entries += static_cast<std::size_t>(l.trainer_ranks);
+          if (held_entries > kMaxHeldEntries)
+            bad(what, fmt::format("what its {} trainer ranks hold of its parameters' {} distinct "
+                                  "shapes would take more than {} entries",
+                                  l.trainer_ranks, shared.size(), kMaxHeldEntries));
           h = std::make_shared<const std::vector<Held>>(
               holdings_of(shape, shard_dim, l.trainer_ranks));
+        }
         l.groups.push_back({{}, *dtype, shape, h, tp_dim});
       }
       l.groups[it->second].names.push_back(std::move(name));

@@ -63,7 +63,8 @@ struct Layout {
 // Throws sdk::Error (WT_ERR_INVALID_ARGUMENT) naming the entry or field that is wrong.
 Layout layout_from_json(const nlohmann::json& j, const std::string& what);
 
-// Glob match with '*' (any run) and '?' (one character), as fnmatch without flags.
-bool glob_match(std::string_view pattern, std::string_view text);
+// Glob match with '*' (any run) and '?' (one character), as fnmatch without flags. At most
+// |pattern| * (|text| + 1) steps, added to *steps when given.
+bool glob_match(std::string_view pattern, std::string_view text, uint64_t* steps = nullptr);
 
 }  // namespace wt::m2n

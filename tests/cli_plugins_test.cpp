@@ -29,7 +29,7 @@ TEST(CliPlugins, ListsTheThreeBackendsWithVersions) {
   for (auto& p : arr) by[p["backend"]] = p;
   // Each plugin's own version (plugins/<backend>/CMakeLists.txt, CHANGELOG.md).
   const std::map<std::string, std::string> versions{
-      {"ipc", "0.2.0"}, {"nccl", "0.2.0"}, {"sparse_nccl", "0.2.0"}};
+      {"ipc", "0.3.0"}, {"nccl", "0.3.0"}, {"sparse_nccl", "0.3.0"}};
   for (const auto& [b, v] : versions) {
     ASSERT_TRUE(by.count(b)) << r.output;
     EXPECT_TRUE(by[b]["usable"].get<bool>()) << by[b].dump();

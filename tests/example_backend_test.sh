@@ -27,6 +27,22 @@ echo "wt plugins lists the deployed file backend"
 grep -Eq 'checks: [0-9]+ passed, 0 failed, 0 skipped$' "$work/conformance.txt" ||
   { echo "wt conformance does not pass for the example"; exit 1; }
 
+# The example with its end_weight_update call deleted, as an outside author once shipped one: a
+# round it fails stays open on the worker, and `wt conformance` says so.
+mkdir -p "$work/noend/plugins" && chmod 0755 "$work/noend/plugins"
+cp -r "$work/source" "$work/noend/source"
+sed -i '/client_.end_weight_update(/,/;/d' "$work/noend/source/file_backend.cpp"
+! grep -q "end_weight_update(" "$work/noend/source/file_backend.cpp" || { echo "the call was not deleted"; exit 1; }
+cmake -S "$work/noend/source" -B "$work/noend/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/noend/build" >/dev/null
+cp "$work/noend/build/libwt_file.so" "$work/noend/plugins/"
+mkdir -p "$work/noend/shared"
+"$wt" conformance "$work/noend/plugins/libwt_file.so" --init-info "{\"directory\": \"$work/noend/shared\"}" \
+  > "$work/noend/conformance.txt" || true
+grep -Eq "^  rejected-update +[0-9-]+ +FAIL +.*the worker's update session is still open" "$work/noend/conformance.txt" ||
+  { cat "$work/noend/conformance.txt"; echo "wt conformance did not notice the missing end_weight_update"; exit 1; }
+echo "without its end_weight_update call, the example fails conformance at rejected-update"
+
 # The receiver sees the shared directory under another path (its own mount point).
 ln -s "$work/shared" "$work/receiver-mount"
 "$wt" serve --port 0 --weight-transfer-config \

@@ -1,8 +1,8 @@
 // The ipc backend in one process: exact control-plane payloads, byte-exact sync through the
 // in-process client, strict update_info validation, and shared-memory hygiene.
+#include <wt/checksum.hpp>
 #include <wt/dtype.hpp>
 #include <wt/sdk/parallel_copy.hpp>
-#include <wt/checksum.hpp>
 #include <wt/services/receiver.hpp>
 #include <wt/wt.hpp>
 
@@ -232,6 +232,27 @@ TEST(IpcTrainer, PackedRoundIsOneUpdatePerBufferInsideOneBracket) {
     segments.insert(u["ipc_handles"]["cpu"]["name"]);
   }
   EXPECT_EQ(segments.size(), 2u) << "two buffers in rotation";
+}
+
+// A model smaller than one buffer gets one buffer of its own packed size (page-rounded), not
+// packed_num_buffers of packed_buffer_size_bytes: a 1 MiB model used to map 1 GiB at init.
+TEST(IpcTrainer, PackedBuffersAreSizedToAModelSmallerThanOne) {
+  test::RecordingClient client;
+  test::VectorSource source;
+  for (int i = 0; i < 4; ++i) source.add("t" + std::to_string(i), kF32, {65536}, i);  // 256 KiB
+  source.add("odd", kF32, {3}, 9);                                                    // 12 B
+  auto engine = trainer_init(
+      InitInfo::from_object({{"backend", "ipc"}, {"rank", 0}, {"packed", true}}), client, &source);
+  for (int round = 0; round < 2; ++round) engine->send_weights();
+  int updates = 0;
+  for (auto& c : client.calls()) {
+    if (c.method != "update") continue;
+    ++updates;
+    const auto u = json::parse(c.payload);
+    EXPECT_EQ(u["ipc_handles"]["cpu"]["size"], (4 << 18) + 4096) << "4 x 256 KiB, then 12 B "
+                                                                    "aligned, page-rounded";
+  }
+  EXPECT_EQ(updates, 2) << "one buffer per round";
 }
 
 TEST(IpcTrainer, TensorLargerThanTheBufferNamesItAndBothSizes) {

@@ -298,6 +298,20 @@ TEST(Launch, DryRunSaysWhereThisProcessSitsUnderEachLauncherAndStartsNothing) {
   EXPECT_THAT(slurm.output,
               HasSubstr("trainer.ranks is 2, but the launcher says the world size is 4: SLURM "
                         "(SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST)"));
+  // Everything it resolved comes first, then every problem: here hosts that do not resolve and
+  // no secret, both named.
+  auto unresolved = test::run_process(
+      clean + "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_JOB_NODELIST='wt-no-such-host[3-4].invalid' " +
+      std::string(WT_CLI_PATH) + " launch " + config + " --dry-run");
+  EXPECT_NE(unresolved.exit_code, 0);
+  EXPECT_THAT(unresolved.output, HasSubstr("this process: trainer rank 1 of 2, local rank 0, the "
+                                           "job on 2 host(s)"));
+  EXPECT_THAT(unresolved.output, HasSubstr("hosts (SLURM_JOB_NODELIST): "
+                                           "wt-no-such-host3.invalid, wt-no-such-host4.invalid"));
+  EXPECT_THAT(unresolved.output, HasSubstr("2 problem(s) a run would stop at:\n"
+                                           "  - SLURM_JOB_NODELIST 'wt-no-such-host3.invalid' "
+                                           "(trainer rank 0's host) does not resolve\n"
+                                           "  - the 2 trainer ranks meet over TCP"));
 }
 
 }  // namespace

@@ -236,6 +236,49 @@ TEST(M2nPlan, ABadLayoutFileIsRefusedNamingTheEntry) {
               HasSubstr("the model times the worker ranks is more than 2^62 bytes"));
 }
 
+// Layouts of a few hundred bytes that used to take gigabytes or minutes are refused at a bound,
+// naming it: every layout is answered in bounded memory and time (wt plan, an m2n init).
+TEST(M2nPlan, HostileLayoutsAreRefusedAtABoundNamingIt) {
+  // A million long names (64 MiB and more).
+  json l = small_layout();
+  l["parameters"][0]["name"] = std::string(500, 'n') + "{}";
+  l["parameters"][0]["ranges"] = {{0, 1 << 20}};
+  EXPECT_THAT(error_of([&] { layout_from_json(l, "layout"); }),
+              HasSubstr("names would take more than 64 MiB"));
+  // Rules that match slowly, against long names: the glob steps are counted and bounded.
+  l = small_layout();
+  l["parameters"][0]["name"] = std::string(400, 'a') + "{}";
+  l["parameters"][0]["ranges"] = {{0, 2000}};
+  json rules = json::array();
+  std::string slow;
+  for (int i = 0; i < 30; ++i) slow += "*a";
+  for (int i = 0; i < 1000; ++i) rules.push_back({{"match", slow + "b"}, {"replicated", true}});
+  rules.push_back({{"match", "*"}, {"replicated", true}});
+  l["trainer"]["holdings"] = rules;
+  EXPECT_THAT(
+      error_of([&] { layout_from_json(l, "layout"); }),
+      HasSubstr("against the holdings and inference rules takes more than 268435456 steps"));
+  // Many distinct shapes over 65,536 trainer ranks: what they hold is bounded.
+  l = small_layout();
+  l["trainer"]["ranks"] = 65536;
+  for (int i = 0; i < 200; ++i)
+    l["parameters"].push_back(
+        {{"name", "s" + std::to_string(i)}, {"dtype", "float32"}, {"shape", {i + 1}}});
+  EXPECT_THAT(error_of([&] { layout_from_json(l, "layout"); }),
+              HasSubstr("trainer ranks hold of its parameters' "));
+  // Few pieces, but FSDP shards over 65,536 ranks read by each of 1,024 tensor-parallel ranks:
+  // the planning steps are bounded.
+  l = small_layout(json::array({{{"match", "*"}, {"dim", 0}}}), 65536, 1, 1024);
+  l["trainer"]["holdings"] = {{{"match", "*"}, {"shard_dim", 0}}};
+  l["parameters"] = json::array();
+  for (int i = 0; i < 10; ++i)
+    l["parameters"].push_back(
+        {{"name", "s" + std::to_string(i)}, {"dtype", "float32"}, {"shape", {int64_t{1} << 26}}});
+  const Layout wide = layout_from_json(l, "layout");
+  EXPECT_THAT(error_of([&] { compute_plan(wide); }),
+              HasSubstr("planning would take more than 16777216 steps"));
+}
+
 TEST(M2nPlan, AWorkersPlanThatCoversAParameterTwiceOrNotAtAllIsRefused) {
   const json good = plan_to_json(compute_plan(layout_from_json(small_layout(), "layout")));
   json twice = good;

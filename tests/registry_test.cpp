@@ -122,7 +122,10 @@ TEST(Registry, ClientFailureSurfacesWithTheClientsReason) {
     EXPECT_EQ(e.code(), WT_ERR_REMOTE);
     EXPECT_THAT(e.what(), HasSubstr("server said 400: bad update"));
   }
-  EXPECT_EQ(client.methods(), (std::vector<std::string>{"init", "start", "update"}));
+  // The failed round is ended on the inference side (end_weight_update, which this client sends
+  // as vLLM understands it: an update it must refuse).
+  ASSERT_EQ(client.methods(), (std::vector<std::string>{"init", "start", "update", "update"}));
+  EXPECT_THAT(client.calls()[3].payload, HasSubstr("wt_end_weight_update"));
 }
 
 TEST(Registry, WrongAbiVersionNamesBothVersions) {

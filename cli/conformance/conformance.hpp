@@ -1,7 +1,9 @@
 // `wt conformance`: the checks a backend author runs on a plugin file before shipping it. Each
 // check has a name, a one-line statement of what it verifies and a deadline; they run in a child
 // process (run_checks) that reports through a Reporter, so a plugin that crashes or hangs fails
-// the check it was in instead of taking the tool with it.
+// the check it was in instead of taking the tool with it. The plugin runs in that process and
+// could write into its reports, so `wt conformance` reads them as claims: in order, each within
+// its deadline, and a pass of the run needs the witness it judges itself (witness.hpp).
 #pragma once
 
 #include <wt/wt_plugin.h>
@@ -22,6 +24,9 @@ struct CheckDef {
   int deadline_s;  // the whole check, from its start; nothing the plugin does extends it
   uint32_t min_abi = 1;
   uint32_t max_abi = WT_ABI_VERSION;
+  // Run and judged by `wt conformance` itself, after the checks process ended (witness.hpp);
+  // the checks process skips it.
+  bool judged_outside = false;
 };
 
 // Every check, in the order they run.

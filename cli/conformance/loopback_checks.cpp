@@ -6,10 +6,10 @@
 #include "../subprocess.hpp"
 #include "../training_step.hpp"
 
+#include <wt/checksum.hpp>
 #include <wt/error.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 #include <wt/services/checkpoint_gen.hpp>
-#include <wt/checksum.hpp>
 #include <wt/services/http_client.hpp>
 #include <wt/wt.hpp>
 
@@ -53,6 +53,10 @@ class HarnessClient : public Client {
     InFlight mark(*this);
     {
       std::unique_lock<std::mutex> l(mu_);
+      if (refuse_updates_)
+        throw Error(WT_ERR_REMOTE,
+                    "wt conformance refused this update_weights call before it reached the "
+                    "worker, on purpose");
       if (hold_) {
         held_ = true;
         held_thread_ = std::this_thread::get_id();
@@ -73,6 +77,12 @@ class HarnessClient : public Client {
       if (held_ && held_thread_ == sender_thread_) released_ = true;
     }
     cv_.notify_all();
+  }
+  // Every update_weights call fails here, after start_weight_update reached the worker: the
+  // round is open there, and only the trainer's end_weight_update closes it.
+  void refuse_updates() {
+    std::lock_guard<std::mutex> l(mu_);
+    refuse_updates_ = true;
   }
   void hold_updates(std::thread::id sender_thread) {
     std::lock_guard<std::mutex> l(mu_);
@@ -129,41 +139,57 @@ class HarnessClient : public Client {
   HttpClient http_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool hold_ = false, held_ = false, released_ = false;
+  bool hold_ = false, held_ = false, released_ = false, refuse_updates_ = false;
   std::thread::id held_thread_, sender_thread_;
 };
 
-// A source that declares every tensor but stops one short: a round the engine must refuse.
-class TruncatedSource : public WeightSource {
+// The checkpoint, passed through, counting what a pass has handed out: the sources below change
+// one thing about it each.
+class CountingSource : public WeightSource {
  public:
-  explicit TruncatedSource(WeightSource& inner) : inner_(inner) {}
+  explicit CountingSource(WeightSource& inner) : inner_(inner) {}
   const std::vector<ParamMeta>& metadata() override { return inner_.metadata(); }
   void begin() override {
     inner_.begin();
     given_ = 0;
   }
   bool next(wt_tensor& out) override {
-    if (given_ + 1 >= inner_.metadata().size()) return false;
     ++given_;
     return inner_.next(out);
   }
   void end() override { inner_.end(); }
 
- private:
+ protected:
   WeightSource& inner_;
-  std::size_t given_ = 0;
+  std::size_t given_ = 0;  // tensors handed out this pass
+};
+
+// A source that declares every tensor but stops one short: a round the engine must refuse.
+class TruncatedSource : public CountingSource {
+ public:
+  using CountingSource::CountingSource;
+  bool next(wt_tensor& out) override {
+    return given_ + 1 < inner_.metadata().size() && CountingSource::next(out);
+  }
+};
+
+// A source that fails in the middle of a pass (its next() reports an error after half the
+// tensors): a trainer-side failure inside a round the plugin has usually started.
+class FailingSource : public CountingSource {
+ public:
+  using CountingSource::CountingSource;
+  bool next(wt_tensor& out) override {
+    if (given_ >= inner_.metadata().size() / 2)
+      throw Error(WT_ERR_SYSTEM, "wt conformance: this weight source fails halfway, on purpose");
+    return CountingSource::next(out);
+  }
 };
 
 // A source that yields its first tensor, then holds the second back until released (or 30 s):
 // a round whose transfer has begun but cannot finish, so the worker's receive waits.
-class HeldSource : public WeightSource {
+class HeldSource : public CountingSource {
  public:
-  explicit HeldSource(WeightSource& inner) : inner_(inner) {}
-  const std::vector<ParamMeta>& metadata() override { return inner_.metadata(); }
-  void begin() override {
-    inner_.begin();
-    given_ = 0;
-  }
+  using CountingSource::CountingSource;
   bool next(wt_tensor& out) override {
     if (given_ == 1) {
       std::unique_lock<std::mutex> l(mu_);
@@ -171,10 +197,8 @@ class HeldSource : public WeightSource {
       cv_.notify_all();
       cv_.wait_for(l, std::chrono::seconds(30), [&] { return released_; });
     }
-    ++given_;
-    return inner_.next(out);
+    return CountingSource::next(out);
   }
-  void end() override { inner_.end(); }
   bool holding() {
     std::lock_guard<std::mutex> l(mu_);
     return holding_;
@@ -188,8 +212,6 @@ class HeldSource : public WeightSource {
   }
 
  private:
-  WeightSource& inner_;
-  std::size_t given_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   bool holding_ = false, released_ = false;
@@ -505,6 +527,36 @@ void check_rejected_update(Context& ctx, std::string& detail) {
         "fails a round it started must end it with client->end_weight_update",
         what);
   detail += "; the worker's weights are unchanged and its session ended";
+  // Failures of the trainer's side inside a round it started: its weight source fails halfway
+  // (dense backends), or its update call fails before reaching the worker (every backend). The
+  // round fails; whatever it opened on the worker is ended (end_weight_update), weights unchanged.
+  auto refused_inside = [&](const std::string& how, WeightSource* source, bool refuse) {
+    auto f = lb.trainer(ctx, source);
+    if (refuse) f->client->refuse_updates();
+    auto kept = lb.previous;
+    SendOptions round = lb.next_round(deltas);
+    try {
+      f->engine->send_weights(round);
+      fail("send_weights succeeded although {}", how);
+    } catch (const Error&) {
+    }
+    lb.previous = std::move(kept);
+    if (auto d = lb.differences(lb.verified); !d.empty())
+      fail("after a round in which {}, {}", how, d);
+    if (lb.session_open())
+      fail(
+          "after a round in which {}, the worker's update session is still open: a trainer that "
+          "fails a round it started must end it with client->end_weight_update "
+          "(docs/plugin-authoring.md, section 3)",
+          how);
+  };
+  FailingSource failing(*lb.checkpoint);
+  if (!lb.sparse) refused_inside("its weight source failed halfway", &failing, false);
+  refused_inside("its update_weights call failed", lb.sparse ? nullptr : lb.checkpoint.get(), true);
+  detail += fmt::format(
+      "; a source failing halfway{} and a failed update call: refused, the "
+      "session ended",
+      lb.sparse ? " (n/a: patches)" : "");
 }
 
 void check_abort(Context& ctx, std::string& detail) {

@@ -162,6 +162,18 @@ void resolve_init_fields(Context& ctx, int worker_world_size) {
     ctx.init_fields = fields;
     return;
   }
+  // A parser that says which field it misses only in its message (not in `field`) is the usual
+  // cause when the missing field is one the harness would have filled: say that, not --init-info.
+  if (p.field.empty() && ctx.abi >= 2)
+    for (const char* k : {"master_address", "master_port", "world_size", "rank"})
+      if (p.message.find(k) != std::string::npos && !fields.contains(k))
+        fail(
+            "the init info {} is refused ({}: {}), and parse_json left its `field` output empty: "
+            "the harness fills master_address, master_port, world_size and rank itself, but "
+            "only for a parser that writes the name of the field it misses ('{}' here) into "
+            "`field` (wt_init_info_vtable.parse_json in wt_plugin.h; with the SDK, fail_field and "
+            "FieldReader do it)",
+            with_backend(ctx, fields), status(p.status), p.message, k);
   fail(
       "the init info {} is refused ({}: {}); pass the fields the loopback needs with "
       "--init-info",

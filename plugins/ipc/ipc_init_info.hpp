@@ -1,7 +1,8 @@
 // The ipc trainer init info:
 //   rank                      int, required: 0 is the sender
 //   packed                    bool, default false: copy tensors into shared buffers
-//   packed_buffer_size_bytes  int, default 1 GiB: the size of each buffer
+//   packed_buffer_size_bytes  int, default 1 GiB: the size of each buffer (the model's packed
+//                             size where that is less)
 //   packed_num_buffers        int, default 2: buffers in rotation, so packing the next buffer
 //                             overlaps the worker loading the previous one
 //   copy_threads              int, default 0 (one per core, at most 8): threads that copy host

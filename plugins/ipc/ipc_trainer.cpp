@@ -72,9 +72,33 @@ IpcTrainer::IpcTrainer(const sdk::TrainerContext& context, const IpcInitInfo& in
   int swept = sweep_orphaned_segments();
   if (swept > 0) log_.info("removed {} shared-memory segment(s) left by dead processes", swept);
   if (sender_) client_.init_weight_transfer_engine(info_.worker_init_info().dump());
-  if (info_.packed) prepare_host_buffers();
+  if (info_.packed) {
+    buffer_bytes_ = packed_buffer_bytes();
+    prepare_host_buffers();
+  }
   log_.debug("trainer ready: rank {} (group rank {} of {}), packed={}", info_.rank_, group_.rank(),
              group_.size(), info_.packed);
+}
+
+// A packed buffer holds packed_buffer_size_bytes, or the whole model packed where that is less: a
+// 1 MiB model does not map and fault in 2 x 512 MiB of shared memory.
+uint64_t IpcTrainer::packed_buffer_bytes() {
+  const auto configured = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
+  uint64_t packed = 0;
+  try {
+    for (const auto& p : source_.metadata()) {
+      uint64_t n = 0;
+      if (!checked_nbytes(p.shape.data(), static_cast<int32_t>(p.shape.size()), p.dtype, &n) ||
+          n >= configured)
+        return configured;  // the round refuses or reports such a tensor, naming it
+      packed = align_up(packed) + n;
+      if (packed >= configured) return configured;
+    }
+  } catch (const sdk::Error&) {  // no metadata up front: the round sizes nothing, so the default
+    return configured;
+  }
+  constexpr uint64_t kPage = 4096;
+  return std::max<uint64_t>(kPage, (packed + kPage - 1) / kPage * kPage);
 }
 
 // The packed buffers a host model fills, made and faulted in now: the first round then packs as
@@ -89,7 +113,7 @@ void IpcTrainer::prepare_host_buffers() {
         return;  // the round refuses such metadata, naming it
       total = total > UINT64_MAX - n ? UINT64_MAX : total + n;
     }
-    const auto size = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
+    const uint64_t size = buffer_bytes_;
     const auto count = static_cast<std::size_t>(std::min<uint64_t>(
         static_cast<uint64_t>(info_.packed_num_buffers), (total + size - 1) / size));
     // Only where /dev/shm has room to spare: a small one (a container's 64 MiB) is left to the
@@ -211,32 +235,39 @@ void IpcTrainer::round(const sdk::SendArgs& args) {
   update_failed_ = first_update_failed_ = false;
   pack_s_ = wait_s_ = 0;
   exported_in_place_ = 0;
-  bool started = false;
+  started_ = false;
   auto pass = source_.begin();  // source.end() runs when the pass goes: after finish
   try {
     if (info_.packed) {
       if (sender_) client_.start_weight_update();
-      started = sender_;
+      started_ = sender_;
       send_packed(pass);
     } else {
       send_unpacked(pass);  // starts the session itself, once every handle is ready
-      started = sender_;
     }
   } catch (const sdk::Error& e) {
     // The inference side's update is ended (the client's end_weight_update), so the next round's
-    // start is not refused. Updates still in flight must land before it, or one could reach the
-    // worker's next session and end that one instead. Unlike a collective, an ipc update never
-    // waits on this process, so waiting for it is bounded by the client's deadline (and by
-    // abort()).
-    if (started && !update_failed_) {
+    // start is not refused. Also after a failed update call: the worker ends its round when it
+    // refuses an update, but a call that failed on this side (a deadline, a cut connection) may
+    // have left it open, and ending a round that is over is not an error. Updates still in
+    // flight must land before it, or one could reach the worker's next session and end that one
+    // instead: an ipc update never waits on this process, so waiting for it is bounded by the
+    // client's deadline. After abort() one may still be blocked: then nothing is ended here, as
+    // that update would land after the end (the threads are parked; the inference side's own
+    // /end_weight_update or the next trainer_init ends the round).
+    if (started_) {
+      bool landed = true;
       for (auto& rpc : in_flight_) {
         try {
           rpc->wait(aborted_);
         } catch (...) {
+          landed = landed && rpc->done();
         }
       }
-      in_flight_.clear();
-      client_.end_weight_update(e.what());
+      if (landed) {
+        in_flight_.clear();  // every call has returned: nothing to wait for in the joins
+        client_.end_weight_update(e.what());
+      }
     }
     throw;
   }
@@ -310,6 +341,7 @@ void IpcTrainer::send_unpacked(sdk::SourceRef::Pass& pass) {
   auto merged = gather_and_merge(mine, params);
   if (sender_) {
     client_.start_weight_update();
+    started_ = true;
     auto update = describe(params);
     update["ipc_handles"] = merged;
     in_flight_.push_back(std::make_unique<AsyncRpc>(
@@ -328,7 +360,7 @@ IpcTrainer::Buffer& IpcTrainer::buffer_for(std::size_t index, int cuda_device) {
     // A worker may still hold the old buffer open until this round's finish: it is kept till then.
     if (b.shm || b.device) retired_buffers_.push_back(std::move(b));
     b = Buffer{};
-    auto size = static_cast<std::size_t>(info_.packed_buffer_size_bytes);
+    auto size = static_cast<std::size_t>(buffer_bytes_);
     if (cuda_device < 0)
       b.shm = std::make_unique<ShmSegment>(ShmSegment::create(size));
     else
@@ -342,18 +374,23 @@ IpcTrainer::Buffer& IpcTrainer::buffer_for(std::size_t index, int cuda_device) {
 
 void IpcTrainer::send_packed(sdk::SourceRef::Pass& pass) {
   const auto n_buffers = static_cast<int64_t>(info_.packed_num_buffers);
-  const auto capacity = static_cast<uint64_t>(info_.packed_buffer_size_bytes);
+  const uint64_t capacity = buffer_bytes_;
   Chunk chunk;
   std::set<int> producer_waited;  // devices whose producer work was waited for this round
   wt_tensor t{};
   while (pass.next(&t)) {
     check_not_aborted();
     Item it = describe_tensor(t);
-    if (it.nbytes > capacity)
+    if (it.nbytes > static_cast<uint64_t>(info_.packed_buffer_size_bytes))
       fail(WT_ERR_INVALID_ARGUMENT,
            "tensor '{}' has {} bytes, more than packed_buffer_size_bytes={}; raise "
            "packed_buffer_size_bytes to at least {}",
-           it.meta.name, it.nbytes, capacity, it.nbytes);
+           it.meta.name, it.nbytes, info_.packed_buffer_size_bytes, it.nbytes);
+    if (it.nbytes > capacity)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "tensor '{}' has {} bytes, more than the source's metadata gave the model packed ({} "
+           "bytes): the source yielded a tensor its metadata does not describe",
+           it.meta.name, it.nbytes, capacity);
     if (!chunk.params.empty() &&
         (chunk.cuda_device != it.cuda_device || align_up(chunk.used) + it.nbytes > capacity)) {
       flush(chunk, static_cast<std::size_t>(sent_ % n_buffers));

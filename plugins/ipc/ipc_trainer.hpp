@@ -50,6 +50,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   void flush(Chunk& chunk, std::size_t buffer_index);
   // Waits for the oldest in-flight update, tells every rank how it went, and releases what it used.
   void sync_one();
+  uint64_t packed_buffer_bytes();
   void prepare_host_buffers();
   Buffer& buffer_for(std::size_t index, int cuda_device);
   // Every rank's handle maps, merged at the sender (its own first, then other ranks in order).
@@ -70,6 +71,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   sdk::GroupRef group_;
   bool sender_;
   unsigned copy_threads_;
+  uint64_t buffer_bytes_ = 0;         // packed mode: one buffer's size (packed_buffer_bytes())
   sdk::AbortSignal aborted_;          // abort() from any thread wakes every wait
   void* stream_ = nullptr;            // this round's producer stream (null: synchronise the device)
   std::map<int, std::string> uuids_;  // by CUDA device index
@@ -82,6 +84,7 @@ class IpcTrainer final : public sdk::TrainerBase {
   std::deque<std::unique_ptr<AsyncRpc>> in_flight_;  // oldest first; packed: up to buffers - 1
   std::vector<std::unique_ptr<AsyncRpc>> parked_;  // failed rounds' RPC threads; joined at destroy
   int64_t sent_ = 0, completed_ = 0;               // packed chunks launched / confirmed this round
+  bool started_ = false;              // this round's start_weight_update reached the worker
   bool update_failed_ = false;        // the update RPC itself failed (the worker ended its session)
   bool first_update_failed_ = false;  // ... and it was the round's first update
   int64_t rounds_ok_ = 0;

@@ -21,6 +21,10 @@ cache=$2
 deadline_s=10
 round_s=120   # a round's own bound: a slow round on a loaded machine still completes
 control_s=15  # the control plane's (receiver.timeout_s): a cut between two broadcasts meets it
+# The syncs before any cut (1-3) give the control plane 120 s instead: a streaming round's update
+# call spans its transfer, and a receiver's first round faults in 1 GB of staging memory, which a
+# loaded machine has been seen to take over 15 s for (a healthy one: 0.2 s).
+sync_control_s=120
 tag="wt$$"
 work=$(mktemp -d)
 pids=()
@@ -107,14 +111,14 @@ source:
 receiver:
   embedded: false
   url: ["http://$receiver_addr:$port_base", "http://$receiver_addr:$((port_base + 1))"]
-  timeout_s: $control_s
+  timeout_s: ${control:-$control_s}
 rounds: $2
 verify: $4
 EOF
 }
 
 # 1. A verified sync of a 1 GB model across the two hosts.
-config sync 2 $((port_base + 10)) true
+control=$sync_control_s config sync 2 $((port_base + 10)) true
 WT_CACHE_DIR=$cache "${on_trainer[@]}" "$wt" launch "$work/sync.yaml" > "$work/sync.log" 2>&1 ||
   { cat "$work/sync.log"; echo "FAIL: the sync across the two hosts failed"; exit 1; }
 grep -q "OK: every round verified" "$work/sync.log" ||
@@ -159,14 +163,14 @@ source:
   ${7:-}
 receiver:
   urls: [$(for p in $3; do printf '"http://%s:%s", ' "$receiver_addr" $((port_base + p)); done)]
-  timeout_s: $control_s
+  timeout_s: ${control:-$control_s}
 rounds: $4
 verify: $5
 EOF
 }
 
 # 2. nccl from two trainer ranks under torchrun's variables (rank 0 sends).
-job_config torchrun nccl "0 1" 2 true $((port_base + 12))
+control=$sync_control_s job_config torchrun nccl "0 1" 2 true $((port_base + 12))
 rank_job torchrun "$work/torchrun.yaml" torchrun
 for r in 0 1; do
   wait "${job_pids[$r]}" || { cat "$work"/torchrun.rank*.log; echo "FAIL: torchrun rank $r failed"; exit 1; }
@@ -180,7 +184,7 @@ echo "torchrun form: 2 trainer ranks (rank 1 on $rank1_addr), nccl to 2 receiver
 
 # 3. m2n from two trainer ranks under SLURM's variables: each sends its half of every tensor.
 shard='shard: {rank_of: trainer, dim: 0}'
-job_config slurm m2n "2 3" 2 true $((port_base + 14)) "$shard"
+control=$sync_control_s job_config slurm m2n "2 3" 2 true $((port_base + 14)) "$shard"
 rank_job slurm "$work/slurm.yaml" slurm
 for r in 0 1; do
   wait "${job_pids[$r]}" || { cat "$work"/slurm.rank*.log; echo "FAIL: SLURM rank $r failed"; exit 1; }

@@ -19,6 +19,9 @@
 //                             (fork, setsid, fork) that sleeps forever
 //   WT_TEST_DEAF_ABORT        send_weights calls update_weights({"deaf": true}) before reading
 //                             its source, and the worker's receive of it ignores abort for 7 s
+//   WT_TEST_FORGES_NONCE      wt_plugin_get always fails, after writing pass verdicts carrying
+//                             the run's nonce (read from its own process's memory) for every
+//                             check from `load` on, in order, and exiting 0
 //   WT_TEST_RETRIES           send_weights retries a failed update_weights for 60 s (a trainer
 //                             that never gives up on a dead worker)
 // Its worker understands {"inline": [{"name", "values": [floats]}], "in_place": bool,
@@ -179,6 +182,11 @@ wt_status negotiate(uint32_t host_abi, uint32_t* plugin_abi, const wt_plugin_api
   *reinterpret_cast<volatile int*>(unmapped) = 42;
 #elif defined(WT_TEST_HANGS)
   for (;;) pause();
+#elif defined(WT_TEST_FORGES_NONCE)
+  // Claims a clean run in wt conformance's report channel, and never loads anywhere.
+  wt::test_plugin::forge_verdicts_with_nonce();
+  (void)host_abi, (void)plugin_abi, (void)api;
+  return WT_ERR_INTERNAL;
 #endif
   *plugin_abi = WT_TEST_ABI;
   if (WT_TEST_ABI > host_abi) return WT_ERR_INCOMPATIBLE;
