@@ -9,10 +9,10 @@
 #include "m2n_plan.hpp"
 #include "training_step.hpp"
 
+#include <wt/checksum.hpp>
 #include <wt/delta.hpp>
 #include <wt/dtype.hpp>
 #include <wt/registry.hpp>
-#include <wt/checksum.hpp>
 #include <wt/services/fan_out_client.hpp>
 #include <wt/services/gloo_trainer_group.hpp>
 #include <wt/services/http_client.hpp>
@@ -117,6 +117,119 @@ class TensorParallelSlices {
 
 }  // namespace
 
+namespace {
+
+// One client per receiver, and one fan-out over them that gives each its own rank offset.
+struct Receivers {
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  std::vector<int> world_sizes;
+  std::unique_ptr<FanOutClient> fan_out;
+};
+
+Receivers connect_receivers(const LaunchConfig& cfg, const TrainerRankArgs& args) {
+  HttpClient::Options hopts;
+  hopts.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.receiver_timeout_s * 1000));
+  hopts.bearer_token = cfg.receiver_token;
+  Receivers r;
+  std::vector<FanOutClient::Replica> replicas;
+  // World sizes matter for rank offsets (several receivers) and a default world_size.
+  const bool need_world_sizes = args.receiver_urls.size() > 1 ||
+                                cfg.receiver_tensor_parallel_size > 1 ||
+                                world_size_from_receivers(cfg);
+  for (const auto& url : args.receiver_urls) {
+    auto& c = r.clients.emplace_back(std::make_unique<HttpClient>(url, hopts));
+    const int ws = need_world_sizes ? c->world_size() : 1;
+    replicas.push_back({c.get(), ws, url});
+    r.world_sizes.push_back(ws);
+  }
+  r.fan_out = std::make_unique<FanOutClient>(replicas);
+  return r;
+}
+
+// The trainer group of a job of several ranks (none for one).
+std::unique_ptr<TrainerGroup> join_trainer_group(const LaunchConfig& cfg,
+                                                 const TrainerRankArgs& args, int ranks) {
+  if (ranks <= 1) return nullptr;
+  const std::chrono::milliseconds group_timeout(static_cast<int64_t>(cfg.group_timeout_s * 1000));
+  // Between rounds the others wait while rank 0 verifies: each receiver's checksums may take up
+  // to the control plane's deadline.
+  const auto between_rounds =
+      group_timeout +
+      (cfg.verify
+           ? std::chrono::milliseconds(static_cast<int64_t>(
+                 cfg.receiver_timeout_s * 1000 * static_cast<double>(args.receiver_urls.size())))
+           : std::chrono::milliseconds(0));
+  if (args.cluster != nullptr)
+    return join_cluster_trainer_group(*args.cluster, group_timeout, between_rounds);
+  return join_host_trainer_group(args.rank, ranks, args.rendezvous_dir, group_timeout,
+                                 between_rounds);
+}
+
+// What this rank sends: the checkpoint, its slice (source.shard), or either on a CUDA device
+// (init_info.device: cuda:N). `keep` owns the wrappers.
+WeightSource* source_to_send(const LaunchConfig& cfg, const TrainerRankArgs& args, int ranks,
+                             WeightSource& source,
+                             std::vector<std::unique_ptr<WeightSource>>& keep) {
+  WeightSource* send_from = &source;
+  if (cfg.shard_dim && cfg.init_info.contains("device") && cfg.init_info.at("device") != "cpu")
+    throw Error(WT_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: 'source.shard' slices host memory; it cannot be combined with "
+                            "init_info.device {}",
+                            cfg.file, cfg.init_info.at("device").dump()));
+  if (cfg.shard_dim)
+    send_from =
+        keep.emplace_back(std::make_unique<ShardedSource>(source, args.rank, ranks, *cfg.shard_dim))
+            .get();
+  if (auto d = cfg.init_info.find("device");
+      d != cfg.init_info.end() && d->is_string() && d->get<std::string>() != "cpu")
+    send_from =
+        keep.emplace_back(make_device_source(source, parse_device(d->get<std::string>()).device_id))
+            .get();
+  return send_from;
+}
+
+// Rank 0's check of a round: every tensor on every receiver's every worker rank against the
+// checkpoint ("name" with one receiver, "receiver K: name" with more; a worker rank standing for
+// a TP rank holds its slice, m2n's tensor_parallel). Fills the round event's verified fields.
+void verify_round(const LaunchConfig& cfg, SafetensorsSource& checkpoint,
+                  const std::vector<std::unique_ptr<HttpClient>>& receivers, nlohmann::json& ev) {
+  std::vector<std::string> expected;
+  const auto& meta = checkpoint.metadata();
+  for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+    auto b = checkpoint.bytes(i);
+    expected.push_back(checksum_bytes(b.data(), b.size()));
+  }
+  std::vector<std::string> mismatched;
+  const TensorParallelSlices tp(cfg);
+  int worker = 0;  // the worker rank across receivers (each receiver's ranks in order)
+  std::size_t checked = 0;
+  for (std::size_t k = 0; k < receivers.size(); ++k) {
+    const auto by_rank = receivers[k]->weight_checksums_by_rank();
+    for (std::size_t j = 0; j < by_rank.size(); ++j, ++worker) {
+      const auto& remote = by_rank[j];
+      for (std::size_t i = 0; i < checkpoint.size(); ++i, ++checked) {
+        auto it = remote.find(meta[i].name);
+        const std::string want = tp.splits(meta[i], worker)
+                                     ? tp.checksum(meta[i], checkpoint.bytes(i), worker)
+                                     : expected[i];
+        if (it != remote.end() && it->second == want) continue;
+        std::string where = receivers.size() == 1 ? "" : fmt::format("receiver {}", k + 1);
+        if (by_rank.size() > 1) where += fmt::format("{}rank {}", where.empty() ? "" : " ", j);
+        mismatched.push_back(where.empty() ? meta[i].name
+                                           : fmt::format("{}: {}", where, meta[i].name));
+      }
+    }
+  }
+  ev["verified"] = mismatched.empty();
+  ev["checked"] = checked;
+  ev["mismatched"] = mismatched.size() > 5
+                         ? std::vector<std::string>(mismatched.begin(), mismatched.begin() + 5)
+                         : mismatched;
+  ev["mismatched_count"] = mismatched.size();
+}
+
+}  // namespace
+
 int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
   g_sink = args.on_event;
   const int ranks = args.cluster ? args.cluster->world_size : cfg.trainer_ranks;
@@ -127,67 +240,20 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
                                      ? SafetensorsSource::Memory::shared
                                      : SafetensorsSource::Memory::private_copy_on_write);
     ProgressSource source(checkpoint, args.rank == 0);
-    HttpClient::Options hopts;
-    hopts.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.receiver_timeout_s * 1000));
-    hopts.bearer_token = cfg.receiver_token;
-    // One client per receiver, and one fan-out over them that gives each its own rank offset.
-    std::vector<std::unique_ptr<HttpClient>> receivers;
-    std::vector<FanOutClient::Replica> replicas;
-    std::vector<int> world_sizes;
-    // World sizes matter for rank offsets (several receivers) and a default world_size.
-    const bool need_world_sizes = args.receiver_urls.size() > 1 ||
-                                  cfg.receiver_tensor_parallel_size > 1 ||
-                                  world_size_from_receivers(cfg);
-    for (const auto& url : args.receiver_urls) {
-      auto& c = receivers.emplace_back(std::make_unique<HttpClient>(url, hopts));
-      const int ws = need_world_sizes ? c->world_size() : 1;
-      replicas.push_back({c.get(), ws, url});
-      world_sizes.push_back(ws);
-    }
-    FanOutClient client(replicas);
-    std::unique_ptr<TrainerGroup> group;
-    const std::chrono::milliseconds group_timeout(static_cast<int64_t>(cfg.group_timeout_s * 1000));
-    // Between rounds the others wait while rank 0 verifies: each receiver's checksums may take
-    // up to the control plane's deadline.
-    const auto between_rounds =
-        group_timeout +
-        (cfg.verify
-             ? std::chrono::milliseconds(static_cast<int64_t>(
-                   cfg.receiver_timeout_s * 1000 * static_cast<double>(args.receiver_urls.size())))
-             : std::chrono::milliseconds(0));
-    if (args.cluster != nullptr && ranks > 1)
-      group = join_cluster_trainer_group(*args.cluster, group_timeout, between_rounds);
-    else if (ranks > 1)
-      group = join_host_trainer_group(args.rank, ranks, args.rendezvous_dir, group_timeout,
-                                      between_rounds);
-    // A backend told to move CUDA memory (init_info.device: cuda:N) gets the checkpoint there.
-    WeightSource* send_from = &source;
-    std::unique_ptr<WeightSource> sharded;
-    if (cfg.shard_dim && cfg.init_info.contains("device") && cfg.init_info.at("device") != "cpu")
-      throw Error(WT_ERR_INVALID_ARGUMENT,
-                  fmt::format("{}: 'source.shard' slices host memory; it cannot be combined with "
-                              "init_info.device {}",
-                              cfg.file, cfg.init_info.at("device").dump()));
-    if (cfg.shard_dim)
-      send_from =
-          (sharded = std::make_unique<ShardedSource>(source, args.rank, ranks, *cfg.shard_dim))
-              .get();
-    std::unique_ptr<WeightSource> device_source;
-    if (auto d = cfg.init_info.find("device");
-        d != cfg.init_info.end() && d->is_string() && d->get<std::string>() != "cpu")
-      send_from = (device_source =
-                       make_device_source(source, parse_device(d->get<std::string>()).device_id))
-                      .get();
+    Receivers receivers = connect_receivers(cfg, args);
+    std::unique_ptr<TrainerGroup> group = join_trainer_group(cfg, args, ranks);
+    std::vector<std::unique_ptr<WeightSource>> wrappers;
+    WeightSource* send_from = source_to_send(cfg, args, ranks, source, wrappers);
     // A delta backend takes no source: each round sends the patches of what the training step
     // changed, against the base the receivers loaded from the same checkpoint.
     const bool sparse = Registry::instance().get(cfg.backend)->capabilities() & WT_CAP_SPARSE;
     std::vector<std::vector<unsigned char>> previous;
     if (sparse) previous = snapshot(checkpoint);
-    auto fields = init_info_for(cfg, world_sizes);
+    auto fields = init_info_for(cfg, receivers.world_sizes);
     fields["backend"] = cfg.backend;
     fields["rank"] = args.rank;
     auto t0 = Clock::now();
-    auto engine = trainer_init(InitInfo::from_object(fields, cfg.file), client,
+    auto engine = trainer_init(InitInfo::from_object(fields, cfg.file), *receivers.fan_out,
                                sparse ? nullptr : send_from, group.get());
     if (args.rank == 0)
       emit({{"event", "init"},
@@ -216,44 +282,7 @@ int run_trainer_rank(const LaunchConfig& cfg, const TrainerRankArgs& args) {
       double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       nlohmann::json ev = {
           {"event", "round"}, {"round", r}, {"seconds", seconds}, {"bytes", sent_bytes}};
-      if (args.rank == 0 && cfg.verify) {
-        // Every tensor on every receiver: "name" with one receiver, "receiver K: name" with more.
-        std::vector<std::string> expected;
-        const auto& meta = checkpoint.metadata();
-        for (std::size_t i = 0; i < checkpoint.size(); ++i) {
-          auto b = checkpoint.bytes(i);
-          expected.push_back(checksum_bytes(b.data(), b.size()));
-        }
-        std::vector<std::string> mismatched;
-        const TensorParallelSlices tp(cfg);
-        int worker = 0;  // the worker rank across receivers (each receiver's ranks in order)
-        std::size_t checked = 0;
-        for (std::size_t k = 0; k < receivers.size(); ++k) {
-          const auto by_rank = receivers[k]->weight_checksums_by_rank();
-          for (std::size_t j = 0; j < by_rank.size(); ++j, ++worker) {
-            const auto& remote = by_rank[j];
-            for (std::size_t i = 0; i < checkpoint.size(); ++i, ++checked) {
-              auto it = remote.find(meta[i].name);
-              // A worker rank standing for a TP rank holds its slice (m2n's tensor_parallel).
-              const std::string want = tp.splits(meta[i], worker)
-                                           ? tp.checksum(meta[i], checkpoint.bytes(i), worker)
-                                           : expected[i];
-              if (it != remote.end() && it->second == want) continue;
-              std::string where = receivers.size() == 1 ? "" : fmt::format("receiver {}", k + 1);
-              if (by_rank.size() > 1)
-                where += fmt::format("{}rank {}", where.empty() ? "" : " ", j);
-              mismatched.push_back(where.empty() ? meta[i].name
-                                                 : fmt::format("{}: {}", where, meta[i].name));
-            }
-          }
-        }
-        ev["verified"] = mismatched.empty();
-        ev["checked"] = checked;
-        ev["mismatched"] = mismatched.size() > 5 ? std::vector<std::string>(mismatched.begin(),
-                                                                            mismatched.begin() + 5)
-                                                 : mismatched;
-        ev["mismatched_count"] = mismatched.size();
-      }
+      if (args.rank == 0 && cfg.verify) verify_round(cfg, checkpoint, receivers.clients, ev);
       if (args.rank == 0) emit(ev);
       if (!sparse && r + 1 < cfg.rounds)
         perturb(checkpoint, cfg.perturb_fraction, uint64_t{cfg.perturb_seed} * 1000003 + r);

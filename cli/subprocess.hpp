@@ -178,7 +178,13 @@ inline std::pair<std::unique_ptr<Child>, std::string> start_server(
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         end - std::chrono::steady_clock::now());
     auto line = left.count() > 0 ? c->next_line(left) : std::nullopt;
-    if (!line) throw std::runtime_error("wt serve did not start: " + c->output());
+    if (!line)
+      throw std::runtime_error(
+          c->at_eof() ? "wt serve ended before it listened: " + c->output()
+                      : "wt serve did not listen within " +
+                            std::to_string(
+                                std::chrono::duration_cast<std::chrono::seconds>(startup).count()) +
+                            " s: " + c->output());
     auto pos = line->find("listening on http://");
     if (pos == std::string::npos) continue;
     pos += 13;  // "listening on "

@@ -76,6 +76,7 @@ void check_error_fields(Context& ctx, std::string& detail);
 void check_bad_input(Context& ctx, std::string& detail);
 void check_destroy_null(Context& ctx, std::string& detail);
 void check_loopback(Context& ctx, std::string& detail);
+void check_fan_out(Context& ctx, std::string& detail);
 void check_rejected_update(Context& ctx, std::string& detail);
 void check_abort(Context& ctx, std::string& detail);
 void check_abort_receive(Context& ctx, std::string& detail);

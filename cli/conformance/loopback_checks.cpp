@@ -10,6 +10,7 @@
 #include <wt/error.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 #include <wt/services/checkpoint_gen.hpp>
+#include <wt/services/fan_out_client.hpp>
 #include <wt/services/http_client.hpp>
 #include <wt/wt.hpp>
 
@@ -467,6 +468,69 @@ void check_loopback(Context& ctx, std::string& detail) {
       "first on a trainer of its own)",
       ctx.options.rounds, lb->checkpoint->size(), lb->checkpoint->total_bytes(),
       lb->sparse ? ", sent as 1% patches" : "", seconds(Clock::now() - start));
+}
+
+// One trainer feeding two workers at once: a second `wt serve` beside the loopback's, reached
+// through wt's FanOutClient as `wt launch` reaches several receivers (every call to both
+// concurrently, each its own ranks), one round verified on both.
+void check_fan_out(Context& ctx, std::string& detail) {
+  Loopback& lb = loopback(ctx);
+  if (lb.verified.empty()) throw Skipped("no round was verified");
+  if (lb.sparse) {
+    // A second worker would start from the base checkpoint, not from the patched weights the
+    // loopback's holds, so one round of patches cannot be right for both.
+    detail = "a delta backend's workers must share their base: not checked with a fresh second";
+    return;
+  }
+  std::unique_ptr<Child> second;
+  std::string url2;
+  try {
+    std::tie(second, url2) = start_server(ctx.options.wt_program, lb.server_args);
+  } catch (const std::exception& e) {
+    fail("a second worker (wt serve --plugin {}) did not start: {}", ctx.options.path, e.what());
+  }
+  const int world2 = HttpClient(url2).world_size();
+  HarnessClient first_client(lb.url), second_client(url2);
+  FanOutClient both(
+      {{&first_client, lb.worker_world_size, lb.url}, {&second_client, world2, url2}});
+  const nlohmann::json fields = init_fields_for_trainer(ctx, both.world_size());
+  std::unique_ptr<TrainerEngine> engine;
+  try {
+    engine = trainer_init(InitInfo::from_object(fields, "the fan-out's init info"), both,
+                          lb.checkpoint.get());
+  } catch (const Error& e) {
+    fail("trainer_init with {} for two workers ({} and {}) failed: {}", fields.dump(), lb.url, url2,
+         e.what());
+  }
+  std::vector<Delta> deltas;
+  SendOptions o = lb.next_round(deltas);
+  const auto t0 = Clock::now();
+  try {
+    engine->send_weights(o);
+  } catch (const Error& e) {
+    fail("a round to two workers at once failed: {}", e.what());
+  }
+  const auto took = Clock::now() - t0;
+  const Checksums want = lb.expected();
+  for (const std::string& url : {lb.url, url2}) {
+    const Checksums have = HttpClient(url).weight_checksums();
+    std::size_t wrong = 0;
+    std::string first;
+    for (const auto& [name, sum] : want)
+      if (auto it = have.find(name); it == have.end() || it->second != sum)
+        if (wrong++ == 0) first = name;
+    if (wrong > 0)
+      fail(
+          "after a round to two workers at once, {} of {} tensors differ on the worker at {}, "
+          "first '{}'",
+          wrong, want.size(), url, first);
+  }
+  lb.verified = want;
+  engine.reset();
+  detail = fmt::format(
+      "one round to two workers at once ({} worker rank(s) in all), both "
+      "verified, in {}",
+      both.world_size(), seconds(took));
 }
 
 void check_streaming_source(Context& ctx, std::string& detail) {

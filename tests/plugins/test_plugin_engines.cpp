@@ -154,10 +154,10 @@ void forge_verdicts_with_nonce() {
   const std::string nonce = nonce_in_memory();
   if (nonce.empty()) return;
   static const char* kLater[] = {
-      "negotiation",     "names",     "capabilities",  "init-info",   "unknown-keys",
-      "error-fields",    "bad-input", "destroy-null",  "loopback",    "streaming-source",
-      "rejected-update", "abort",     "abort-receive", "peer-killed", "recovery",
-      "leftovers",       "witness"};
+      "negotiation",      "names",           "capabilities", "init-info",     "unknown-keys",
+      "error-fields",     "bad-input",       "destroy-null", "loopback",      "fan-out",
+      "streaming-source", "rejected-update", "abort",        "abort-receive", "peer-killed",
+      "recovery",         "leftovers",       "witness"};
   auto line = [&](const nlohmann::json& j) {
     nlohmann::json l = j;
     l["nonce"] = nonce;
