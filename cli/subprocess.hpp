@@ -100,8 +100,9 @@ class Child {
     }
   }
   // Reads whatever output is ready, without waiting, so the child never blocks on a full pipe.
+  // Bounded: a child that never stops writing does not keep the caller here.
   void drain() {
-    while (read_some(0)) {
+    for (int i = 0; i < 256 && read_some(0); ++i) {
     }
   }
   // True once the child closed its output (it exited, or closed stdout and stderr).
@@ -154,6 +155,13 @@ class Child {
       return false;
     }
     out_.append(buf, static_cast<std::size_t>(n));
+    // What is kept is bounded too: the last 4 MiB (what callers look for is recent output).
+    constexpr std::size_t kKeep = std::size_t{4} << 20;
+    if (out_.size() > 2 * kKeep) {
+      const std::size_t drop = out_.size() - kKeep;
+      out_.erase(0, drop);
+      consumed_ = consumed_ > drop ? consumed_ - drop : 0;
+    }
     return true;
   }
   pid_t pid_ = -1;

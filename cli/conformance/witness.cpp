@@ -15,10 +15,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <random>
+#include <thread>
 
 namespace wt::cli::conformance {
 
@@ -54,7 +56,10 @@ struct WitnessCaps {
 // and reads back what it declares. Throws Failed with that process's words when it cannot.
 WitnessCaps probe_plugin(const Options& o, SteadyClock::time_point deadline) {
   Child p({o.wt_program, "conformance", o.path, "--witness-probe"});
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+  // Loading a plugin takes milliseconds: 20 s is for a loaded machine, not for a hung entry point.
+  auto left = std::min<std::chrono::milliseconds>(
+      std::chrono::seconds(20),
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()));
   if (!p.wait_for("\n", std::max(left, std::chrono::milliseconds(1))))
     fail("a process of wt conformance's own loading the plugin did not answer: {}",
          last_chars(p.output()));
@@ -87,6 +92,8 @@ WitnessResult run_witness(const Options& o, int deadline_s) {
     const uint32_t seed = rd();
     const std::string model = o.work_dir + "/witness-model";
     const auto files = write_synthetic_checkpoint(model, model_layout("tiny", kWitnessDtype), seed);
+    // What the worker must hold, computed before any process of the plugin's can touch the files.
+    const TensorSums want = expected_after_step(files, seed);
     std::vector<std::string> args{"--plugin", o.path};
     if (!o.worker_options.empty()) {
       nlohmann::json cfg = o.worker_options;
@@ -102,7 +109,35 @@ WitnessResult run_witness(const Options& o, int deadline_s) {
       fail("the worker side (wt serve --plugin {}) did not start: {}", o.path,
            last_chars(e.what()));
     }
-    const int world = HttpClient(url).world_size();
+    // The URL is the banner's, which the plugin in that process could print first: only this
+    // host's loopback is called.
+    if (url.rfind("http://127.0.0.1:", 0) != 0)
+      fail("the worker side announced {}, not an address on 127.0.0.1", last_chars(url, 80));
+    // Its output is read while the round runs (a chatty worker must not block on a full pipe).
+    std::atomic<bool> done{false};
+    std::thread drainer([&] {
+      while (!done.load()) {
+        server->drain();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    struct JoinDrainer {
+      std::atomic<bool>& done;
+      std::thread& t;
+      ~JoinDrainer() {
+        done = true;
+        t.join();
+      }
+    } join_drainer{done, drainer};
+    // Every call to that worker is bounded by what is left of the check's deadline.
+    auto client = [&] {
+      HttpClient::Options h;
+      h.timeout = std::max(
+          std::chrono::milliseconds(1000),
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()));
+      return HttpClient(url, h);
+    };
+    const int world = client().world_size();
     std::vector<std::string> argv{o.wt_program,
                                   "conformance",
                                   o.path,
@@ -118,17 +153,16 @@ WitnessResult run_witness(const Options& o, int deadline_s) {
     Child trainer(argv);
     auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-    if (!trainer.wait_for("witness round: ", std::max(left, std::chrono::milliseconds(1))) ||
-        !trainer.wait_for("\n", std::chrono::seconds(5)))
+    if (!trainer.wait_for("witness round: ", std::max(left, std::chrono::milliseconds(1))))
       fail("the trainer process did not finish its round within {} s: {}", deadline_s,
            last_chars(trainer.output()));
+    // It exits once it printed its line (the last "witness round: " is the trainer's own).
     const int rc = trainer.wait_exit(std::chrono::seconds(10)).value_or(-1);
-    const std::string said = trainer.output().substr(trainer.output().find("witness round: "));
+    std::string said = trainer.output().substr(trainer.output().rfind("witness round: "));
+    said = said.substr(0, said.find('\n'));
     if (rc != 0 || said.rfind("witness round: sent", 0) != 0)
-      fail("the trainer process failed its round: {}", last_chars(said));
-    server->drain();
-    const TensorSums want = expected_after_step(files, seed);
-    const TensorSums have = HttpClient(url).weight_checksums();
+      fail("the trainer process failed its round (exit status {}): {}", rc, last_chars(said));
+    const TensorSums have = client().weight_checksums();
     std::vector<std::string> wrong;
     for (const auto& [name, sum] : want)
       if (auto it = have.find(name); it == have.end() || it->second != sum) wrong.push_back(name);
