@@ -29,6 +29,8 @@
 
 namespace wt::plugins {
 
+// The bracket lives on the round's stack, but the calls it parks outlive it: they reach the
+// engine's client (which outlives its parked calls) directly, never through the bracket.
 class RoundBracket {
  public:
   // `abort_transfer` stops a collective in progress from another thread (the communicator's
@@ -80,7 +82,8 @@ class RoundBracket {
       if (watch->armed && watch->started.load()) abort();
     };
     auto rpc = std::make_unique<AsyncRpc>(
-        [this, text = update_text] { client_.update_weights(text); }, &aborted_, on_error);
+        [client = &client_, text = update_text] { client->update_weights(text); }, &aborted_,
+        on_error);
     Round round(watch, rpc.get(), aborted_);
     try {
       // A refusal that already arrived fails the round before any collective (reference §5.4).
@@ -109,8 +112,9 @@ class RoundBracket {
       // round lost (a cut link, a stopped host) must not hold the report back for the control
       // plane's deadline: the call goes on beside it, parked, and is interrupted when the engine
       // goes.
-      auto end = std::make_unique<AsyncRpc>(
-          [this, reason = sdk::message_of(error)] { client_.end_weight_update(reason); });
+      auto end = std::make_unique<AsyncRpc>([client = &client_, reason = sdk::message_of(error)] {
+        client->end_weight_update(reason);
+      });
       end->finished_within(std::chrono::seconds(1));
       parked_.push_back(std::move(end));
       std::rethrow_exception(error);
@@ -132,7 +136,8 @@ class RoundBracket {
       client_.start_weight_update();
       return;
     }
-    auto rpc = std::make_unique<AsyncRpc>([this] { client_.start_weight_update(); }, &aborted_);
+    auto rpc = std::make_unique<AsyncRpc>([client = &client_] { client->start_weight_update(); },
+                                          &aborted_);
     std::string why;
     while (!rpc->finished_within(std::chrono::milliseconds(10)))
       if (aborted_.aborted() || !(why = given_up()).empty()) break;
@@ -142,9 +147,9 @@ class RoundBracket {
     }
     // The end goes after the start (its own deadline bounds it), never before it.
     std::shared_ptr<AsyncRpc> started(std::move(rpc));
-    parked_.push_back(std::make_unique<AsyncRpc>([this, started, why] {
+    parked_.push_back(std::make_unique<AsyncRpc>([client = &client_, started, why] {
       started->finished_within(std::chrono::hours(24));
-      client_.end_weight_update("start_weight_update: " + (why.empty() ? "aborted" : why));
+      client->end_weight_update("start_weight_update: " + (why.empty() ? "aborted" : why));
     }));
     if (why.empty()) aborted_.check("start_weight_update");
     throw sdk::Error(WT_ERR_REMOTE, "start_weight_update: " + why);
