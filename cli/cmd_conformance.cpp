@@ -427,7 +427,7 @@ Run add_conformance_command(CLI::App& app) {
   struct Opts {
     std::string path, init_info, worker_options;
     int rounds = 3;
-    conformance::TrainerProcess trainer;  // the peer-killed check's trainer process
+    conformance::TrainerProcess trainer;  // peer-killed and broken-mid-tensor's trainer process
     conformance::WitnessTrainer witness;  // the witness's processes
   };
   auto o = std::make_shared<Opts>();
@@ -442,10 +442,12 @@ Run add_conformance_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds, "Verified rounds in the loopback check")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
-  // The peer-killed check runs its trainer as `wt conformance PLUGIN --trainer-for URL ...`.
+  // peer-killed and broken-mid-tensor run their trainer as `wt conformance PLUGIN --trainer-for
+  // URL ...`.
   auto* trainer_for = cmd->add_option("--trainer-for", o->trainer.url)->group("");
   cmd->add_option("--trainer-fields", o->trainer.fields)->group("");
   cmd->add_option("--checkpoint", o->trainer.checkpoint)->group("");
+  cmd->add_option("--stop-worker", o->trainer.stop_worker)->group("");
   // The witness's processes (conformance/witness.hpp), started by `wt conformance` itself.
   auto* witness_for = cmd->add_option("--witness-for", o->witness.url)->group("");
   cmd->add_flag("--witness-probe", o->witness.probe)->group("");

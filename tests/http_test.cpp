@@ -66,6 +66,9 @@ TEST(Serve, AcceptsVllmShapedRequestsForAWholeRound) {
   // the worker was re-initialised, so the trainer's (already unlinked) segments are gone
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_THAT(r->body, HasSubstr("does not exist"));
+  // A refused update call is over: /health counts none in progress.
+  r = c.Get("/health");
+  EXPECT_EQ(json::parse(r->body)["updates_in_progress"], 0) << r->body;
 
   // The trainer's own round over HTTP went through, and the server answers vLLM's GETs.
   r = c.Get("/weight_info");

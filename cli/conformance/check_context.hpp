@@ -81,6 +81,7 @@ void check_rejected_update(Context& ctx, std::string& detail);
 void check_abort(Context& ctx, std::string& detail);
 void check_abort_receive(Context& ctx, std::string& detail);
 void check_peer_killed(Context& ctx, std::string& detail);
+void check_broken_mid_tensor(Context& ctx, std::string& detail);
 void check_recovery(Context& ctx, std::string& detail);
 void check_streaming_source(Context& ctx, std::string& detail);
 void check_leftovers(Context& ctx, std::string& detail);

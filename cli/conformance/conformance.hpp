@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -56,9 +58,12 @@ struct Options {
 };
 
 // The trainer process of the peer-killed check (`wt conformance PLUGIN --trainer-for URL ...`).
+// With stop_worker, broken-mid-tensor's trainer: one round of the checkpoint with its bytes
+// inverted, which stops that process (its worker's `wt serve`) once the round's first MiB moved.
 struct TrainerProcess {
   std::string plugin, url, fields;
   std::vector<std::string> checkpoint;
+  pid_t stop_worker = 0;
 };
 int run_trainer_process(const TrainerProcess& p);
 

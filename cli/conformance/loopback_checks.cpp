@@ -17,14 +17,21 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
+
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 
 namespace wt::cli::conformance {
 
@@ -245,6 +252,117 @@ class ReusedBufferSource : public WeightSource {
   std::vector<unsigned char> buffer_;
 };
 
+// How far a round must outgrow the socket buffers to be broken in the middle of a tensor: the most
+// a TCP send buffer and a receive buffer may grow to together (the kernel's autotuning maximum, or
+// the larger one a socket may set).
+uint64_t socket_buffer_bytes() {
+  auto read_max = [](const char* path, int field) {
+    std::ifstream f(path);
+    uint64_t v[3] = {0, 0, 0};
+    for (int i = 0; i <= field && (f >> v[i]); ++i) {
+    }
+    return v[field];
+  };
+  return std::max(read_max("/proc/sys/net/ipv4/tcp_wmem", 2),
+                  read_max("/proc/sys/net/core/wmem_max", 0)) +
+         std::max(read_max("/proc/sys/net/ipv4/tcp_rmem", 2),
+                  read_max("/proc/sys/net/core/rmem_max", 0));
+}
+
+// Bytes this process's TCP sockets sent that their peers acknowledged, all together (the
+// kernel's count, TCP_INFO): how far a round's data plane has moved.
+uint64_t tcp_bytes_acked() {
+  uint64_t total = 0;
+  for (const auto& name : list_dir("/proc/self/fd")) {
+    const int fd = std::atoi(name.c_str());
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+        len >= offsetof(tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked)
+      total += info.tcpi_bytes_acked;
+  }
+  return total;
+}
+
+// The last `n` characters of a process's output, for a message.
+std::string tail_of(const std::string& out, std::size_t n) {
+  return out.size() <= n ? out : "..." + out.substr(out.size() - n);
+}
+
+// Whether the worker's update session at `url` is still open (`wt serve`'s /health says).
+bool session_open_at(const std::string& url) {
+  return HttpClient(url).get("/health").value("update_active", true);
+}
+
+// A model of two bf16 tensors of `tensor_bytes` each.
+ModelLayout large_layout(uint64_t tensor_bytes) {
+  ModelLayout l;
+  l.name = "conformance-large";
+  l.description = "two large tensors";
+  constexpr int64_t kCols = 4096;
+  for (int i = 0; i < 2; ++i) {
+    ParamMeta p;
+    p.name = fmt::format("large.{}.weight", i);
+    p.dtype = {kDLBfloat, 16, 1};
+    p.shape = {static_cast<int64_t>(tensor_bytes / (2 * kCols)), kCols};
+    l.params.push_back(std::move(p));
+  }
+  return l;
+}
+
+// The checkpoint with every byte inverted (a round that differs from the last one everywhere), in
+// memory of its own.
+class InvertedSource : public WeightSource {
+ public:
+  explicit InvertedSource(WeightSource& inner) : meta_(inner.metadata()) {
+    inner.begin();
+    for (wt_tensor t{}; inner.next(t); t = wt_tensor{}) {
+      Copy c;
+      uint64_t n = 0;
+      checked_nbytes(t.tensor.shape, t.tensor.ndim, t.tensor.dtype, &n);
+      c.data.resize(n);
+      copy_to_contiguous(c.data.data(), t.tensor, n);
+      for (auto& b : c.data) b = static_cast<unsigned char>(~b);
+      c.name = t.name != nullptr ? t.name : "";
+      c.shape.assign(t.tensor.shape, t.tensor.shape + t.tensor.ndim);
+      c.tensor = t;
+      copies_.push_back(std::move(c));
+    }
+    inner.end();
+  }
+  const std::vector<ParamMeta>& metadata() override { return meta_; }
+  void begin() override { next_ = 0; }
+  bool next(wt_tensor& out) override {
+    if (next_ >= copies_.size()) return false;
+    Copy& c = copies_[next_++];
+    out = c.tensor;
+    out.name = c.name.c_str();
+    out.tensor.data = c.data.data();
+    out.tensor.byte_offset = 0;
+    out.tensor.strides = nullptr;
+    out.tensor.shape = c.shape.data();
+    return true;
+  }
+  void end() override {}
+  // What a worker holds after a round of it.
+  Checksums checksums() const {
+    Checksums out;
+    for (const auto& c : copies_) out[c.name] = checksum_bytes(c.data.data(), c.data.size());
+    return out;
+  }
+
+ private:
+  struct Copy {
+    std::string name;
+    std::vector<int64_t> shape;
+    wt_tensor tensor{};
+    std::vector<unsigned char> data;
+  };
+  std::vector<ParamMeta> meta_;
+  std::vector<Copy> copies_;
+  std::size_t next_ = 0;
+};
+
 // What a process holds: open descriptors (by number, with what they point at) and threads.
 struct Holdings {
   std::map<int, std::string> fds;
@@ -294,7 +412,7 @@ struct Loopback {
     });
   }
   // Whether the worker's update session is still open (`wt serve`'s /health says).
-  bool session_open() { return HttpClient(url).get("/health").value("update_active", true); }
+  bool session_open() { return session_open_at(url); }
   // What `leftovers` compares against: taken when the loopback starts (this process, before any
   // trainer; the directories) and after its first verified round (the worker's process, whose
   // engine then exists).
@@ -981,6 +1099,192 @@ void check_peer_killed(Context& ctx, std::string& detail) {
   detail += "; " + worker_whose_trainer_dies(ctx, lb);
 }
 
+// broken-mid-tensor: a round larger than the socket buffers, broken in the middle of a tensor. Its
+// trainer is a process of its own; once its sockets moved the first MiB of the round it stops the
+// worker, so it fills the sockets and blocks with the rest of the round unsent. The trainer is
+// killed and the worker continued: it reads what was in flight, a tensor cut short, then finds its
+// trainer gone. It must fail its receive within kWorkerDeadline, end the round when told (as
+// `wt launch` ends a killed job's), keep the weights of the round before, and sync a fresh
+// trainer, verified.
+void check_broken_mid_tensor(Context& ctx, std::string& detail) {
+  constexpr auto kWorkerDeadline = std::chrono::seconds(30);
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  Loopback& lb = loopback(ctx);
+  if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
+  if (lb.sparse) {
+    detail = "not applicable: a delta backend's round is its patches, checked by rejected-update";
+    return;
+  }
+  // Two tensors, each larger than what the sockets hold: once the worker stops, the round cannot
+  // end in them.
+  const uint64_t buffers = socket_buffer_bytes();
+  const uint64_t tensor_bytes = std::max(16 * kMiB, (buffers / kMiB + 1) * kMiB);
+  const auto files = write_synthetic_checkpoint(ctx.options.work_dir + "/model-large",
+                                                large_layout(tensor_bytes), 11);
+  SafetensorsSource checkpoint(files, SafetensorsSource::Memory::private_copy_on_write);
+  std::unique_ptr<Child> server;
+  std::string url;
+  try {
+    std::tie(server, url) = start_server(ctx.options.wt_program, lb.server_args);
+  } catch (const std::exception& e) {
+    fail("a worker for the large model (wt serve --plugin {}) did not start: {}", ctx.options.path,
+         e.what());
+  }
+  const pid_t worker = server->pid();
+  struct Continue {  // whatever happens below, the worker is never left stopped
+    pid_t pid;
+    ~Continue() { ::kill(pid, SIGCONT); }
+  } cont{worker};
+  auto round_through = [&](WeightSource& source, const std::string& what, const Checksums& want) {
+    auto t = lb.trainer(ctx, &source, url);
+    SendOptions o;
+    o.weight_version = "conformance-" + what;
+    try {
+      t->engine->send_weights(o);
+    } catch (const Error& e) {
+      fail("{}: send_weights failed: {}", what, e.what());
+    }
+    t.reset();
+    const Checksums have = HttpClient(url).weight_checksums();
+    for (const auto& [name, sum] : want) {
+      auto it = have.find(name);
+      if (it == have.end() || it->second != sum)
+        fail("{}: tensor '{}' differs on the worker", what, name);
+    }
+  };
+  Checksums before;  // what the worker must still hold after the broken round
+  for (std::size_t i = 0; i < checkpoint.size(); ++i) {
+    auto b = checkpoint.bytes(i);
+    before[checkpoint.metadata()[i].name] = checksum_bytes(b.data(), b.size());
+  }
+  round_through(checkpoint, "the round before", before);
+  // The broken round (a few tries: a round may outrun the watch that stops its worker).
+  uint64_t cut = 0;
+  bool receiving = false;  // the worker had the round's update call when it stopped
+  for (int attempt = 0; attempt < 3 && cut == 0; ++attempt) {
+    const nlohmann::json fields = init_fields_for_trainer(ctx, lb.worker_world_size);
+    std::vector<std::string> argv{
+        ctx.options.wt_program, "conformance", ctx.options.path, "--trainer-for",       url,
+        "--trainer-fields",     fields.dump(), "--stop-worker",  std::to_string(worker)};
+    for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
+    Child trainer(argv);
+    const auto out = trainer.wait_for("blocked after ", std::chrono::seconds(60));
+    if (out) trainer.wait_for("call\n", std::chrono::seconds(5));
+    const bool ended = trainer.output().find("round ended") != std::string::npos;
+    trainer.kill_and_reap(SIGKILL);
+    ::kill(worker, SIGCONT);
+    if (out) {
+      const auto at = trainer.output().find("blocked after ") + 14;
+      cut = std::strtoull(trainer.output().c_str() + at, nullptr, 10);
+      receiving = trainer.output().find("update call out", at) != std::string::npos;
+    } else if (ended) {
+      HttpClient(url).end_weight_update("wt conformance: the round outran the watch; once more");
+      const auto at = trainer.output().find("round ended after ") + 18;
+      if (std::strtoull(trainer.output().c_str() + at, nullptr, 10) < kMiB) {
+        detail = "not applicable: the plugin's round moves no data over TCP sockets";
+        return;
+      }
+    } else {
+      fail(
+          "the trainer process of the broken round neither blocked nor ended its round within "
+          "60 s: {}",
+          trainer.output().substr(0, 600));
+    }
+  }
+  if (cut == 0)
+    fail("3 rounds of 2 x {} MiB ended before their worker could be stopped after the first MiB",
+         tensor_bytes / kMiB);
+  // The worker on its own: reads what was in flight, then must leave its update call (the
+  // receive fails). Then the harness ends the round, as `wt launch` ends a killed job's.
+  const auto t0 = Clock::now();
+  std::string own;
+  while (receiving && own.empty() && Clock::now() - t0 < kWorkerDeadline) {
+    if (HttpClient(url).get("/health").value("updates_in_progress", 1) == 0)
+      own = fmt::format("left its update call {} after it continued", seconds(Clock::now() - t0));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (receiving && own.empty()) {
+    server->drain();
+    fail(
+        "the worker at {} was still in its update call {} s after its trainer was killed in the "
+        "middle of a tensor: a worker must fail its receive within its deadline; its log ends: {}",
+        url, kWorkerDeadline.count(), tail_of(server->output(), 800));
+  }
+  if (!receiving) own = "had no update call yet";
+  try {
+    HttpClient::Options o;
+    o.timeout = kWorkerDeadline;
+    HttpClient(url, o).end_weight_update("wt conformance: the round was broken, on purpose");
+  } catch (const Error& e) {
+    fail("the worker at {} did not end the broken round within {} s: {}", url,
+         kWorkerDeadline.count(), e.what());
+  }
+  const Checksums have = HttpClient(url).weight_checksums();
+  for (const auto& [name, sum] : before) {
+    auto it = have.find(name);
+    if (it == have.end() || it->second != sum)
+      fail(
+          "after a round broken mid-tensor, tensor '{}' on the worker is not what the round "
+          "before left there: part of the broken round was committed",
+          name);
+  }
+  InvertedSource inverted(checkpoint);
+  round_through(inverted, "the round after", inverted.checksums());
+  detail = fmt::format(
+      "a round of 2 x {} MiB (socket buffers {} MiB) cut after {} MiB (its worker stopped, its "
+      "trainer blocked, then killed): the worker {}, kept its weights, and a fresh trainer "
+      "synced, verified",
+      tensor_bytes / kMiB, buffers / kMiB, cut / kMiB, own);
+}
+
+// broken-mid-tensor's trainer process: one round of the checkpoint inverted. Once its sockets
+// moved the round's first MiB it stops the worker, says so, then says "blocked" when nothing more
+// moves (the sockets are full) and waits to be killed. A round that ends first says "round ended".
+int run_broken_round(const TrainerProcess& p, Client& client, const std::atomic<int>& updates,
+                     WeightSource& checkpoint) {
+  InvertedSource inverted(checkpoint);
+  auto engine = trainer_init(InitInfo::from_json(p.fields, "--trainer-fields"), client, &inverted);
+  auto say = [](const std::string& line) {
+    std::fputs(line.c_str(), stdout);
+    std::fflush(stdout);
+  };
+  std::atomic<bool> over{false};
+  const uint64_t base = tcp_bytes_acked();
+  std::thread watch([&] {
+    uint64_t moved = 0;
+    while (!over && (moved = tcp_bytes_acked() - base) < (uint64_t{1} << 20))
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (over || ::kill(p.stop_worker, SIGSTOP) != 0) return;
+    say(fmt::format("worker stopped after {} bytes\n", moved));
+    for (auto still = Clock::now(); !over;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (const uint64_t now = tcp_bytes_acked() - base; now != moved) {
+        moved = now;
+        still = Clock::now();
+      } else if (Clock::now() - still > std::chrono::milliseconds(300)) {
+        // An update call out this long reached the worker's socket: the worker receives next.
+        say(fmt::format("blocked after {} bytes, {}\n", moved,
+                        updates.load() > 0 ? "update call out" : "no update call"));
+        return;
+      }
+    }
+  });
+  SendOptions o;
+  o.weight_version = "conformance-broken-mid-tensor";
+  try {
+    engine->send_weights(o);
+  } catch (...) {
+    over = true;
+    watch.join();
+    throw;
+  }
+  over = true;
+  watch.join();
+  say(fmt::format("round ended after {} bytes\n", tcp_bytes_acked() - base));
+  return 0;
+}
+
 // The trainer side of peer-killed's second half, as a process of its own so that it can be killed:
 // `wt conformance PLUGIN --trainer-for URL --trainer-fields JSON --checkpoint FILE...`. When its
 // source holds the second tensor back (for good) it prints "holding", or "holding, update under
@@ -1033,6 +1337,7 @@ int run_trainer_process(const TrainerProcess& p) {
     const std::atomic<int>& updates_;
     int n_ = 0;
   } source(checkpoint, client.in_flight);
+  if (p.stop_worker > 0) return run_broken_round(p, client, client.in_flight, checkpoint);
   auto engine = trainer_init(InitInfo::from_json(p.fields, "--trainer-fields"), client, &source);
   SendOptions o;
   o.weight_version = "conformance-peer-killed";

@@ -29,6 +29,10 @@ const std::vector<CheckDef>& checks() {
       {"abort", "abort() from another thread ends a blocked send_weights promptly", 90},
       {"abort-receive", "a worker aborted while its receive is blocked returns within 5 s", 60},
       {"peer-killed", "a peer SIGKILLed mid-round: the other side fails in time, naming it", 90},
+      {"broken-mid-tensor",
+       "a round larger than the socket buffers whose trainer dies mid-tensor: the worker fails in "
+       "time, keeps its weights, syncs again",
+       180},
       {"recovery", "after the failures, a fresh trainer_init syncs again, verified", 120},
       {"leftovers", "no file, descriptor, thread or process left behind by the rounds", 30},
       {"witness",
@@ -67,6 +71,7 @@ void run_checks(const Options& options, Reporter& reporter) {
       {"abort", check_abort},
       {"abort-receive", check_abort_receive},
       {"peer-killed", check_peer_killed},
+      {"broken-mid-tensor", check_broken_mid_tensor},
       {"recovery", check_recovery},
       {"leftovers", check_leftovers},
   };

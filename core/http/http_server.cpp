@@ -770,7 +770,9 @@ void get(WtHttpServer& s, const std::string& path, httplib::Server::Handler h) {
 }
 
 // vLLM's update session (init, start, update, finish), wt's end, and the version setter.
-void route_session(WtHttpServer& s, WeightRoutes* r, const Bodies& bodies) {
+// `updating` counts the update calls inside the receiver now (their bodies read): /health says it.
+void route_session(WtHttpServer& s, WeightRoutes* r, const Bodies& bodies,
+                   const std::shared_ptr<std::atomic<int>>& updating) {
   post(s, "/init_weight_transfer_engine",
        [r, bodies](const httplib::Request&, httplib::Response& res,
                    const httplib::ContentReader& reader) {
@@ -795,8 +797,8 @@ void route_session(WtHttpServer& s, WeightRoutes* r, const Bodies& bodies) {
          });
        });
   post(s, "/update_weights",
-       [r, bodies](const httplib::Request&, httplib::Response& res,
-                   const httplib::ContentReader& reader) {
+       [r, bodies, updating](const httplib::Request&, httplib::Response& res,
+                             const httplib::ContentReader& reader) {
          nlohmann::json body;
          if (!bodies.read_object(reader, res, body)) return;
          auto it = body.find("update_info");
@@ -804,6 +806,11 @@ void route_session(WtHttpServer& s, WeightRoutes* r, const Bodies& bodies) {
            return reply_error(res, 400, "Missing 'update_info' in request body");
          nlohmann::json info = std::move(*it);  // moved out of the body, not copied
          body = nullptr;
+         struct Counted {
+           std::atomic<int>& n;
+           explicit Counted(std::atomic<int>& c) : n(c) { ++n; }
+           ~Counted() { --n; }
+         } counted(*updating);
          guarded(res, "/update_weights", [&] {
            r->update_weights(std::move(info));
            reply(res, 200, {{"message", "Weights updated"}});
@@ -846,7 +853,8 @@ void route_session(WtHttpServer& s, WeightRoutes* r, const Bodies& bodies) {
 }
 
 // The read-only routes.
-void route_queries(WtHttpServer& s, WeightRoutes* r) {
+void route_queries(WtHttpServer& s, WeightRoutes* r,
+                   const std::shared_ptr<const std::atomic<int>>& updating) {
   get(s, "/weight_info", [r](const httplib::Request&, httplib::Response& res) {
     auto v = r->weight_version();
     reply(res, 200, {{"weight_version", v ? nlohmann::json(*v) : nlohmann::json(nullptr)}});
@@ -868,9 +876,12 @@ void route_queries(WtHttpServer& s, WeightRoutes* r) {
       reply(res, 200, answer);
     });
   });
-  get(s, "/health", [r](const httplib::Request&, httplib::Response& res) {
+  get(s, "/health", [r, updating](const httplib::Request&, httplib::Response& res) {
     reply(res, 200,
-          {{"status", "ok"}, {"backend", r->backend()}, {"update_active", r->session_active()}});
+          {{"status", "ok"},
+           {"backend", r->backend()},
+           {"update_active", r->session_active()},
+           {"updates_in_progress", updating->load()}});
   });
 }
 
@@ -902,8 +913,9 @@ void HttpServer::route(WeightRoutes& receiver) {
   apply_limits(s, options_);
   answer_refusals(s);
   answer_errors(s, options_);
-  route_session(s, &receiver, Bodies(limits));
-  route_queries(s, &receiver);
+  auto updating = std::make_shared<std::atomic<int>>(0);
+  route_session(s, &receiver, Bodies(limits), updating);
+  route_queries(s, &receiver, updating);
 }
 
 HttpServer::~HttpServer() {

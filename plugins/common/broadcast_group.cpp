@@ -8,6 +8,7 @@
 #include <gloo/broadcast.h>
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace wt::plugins {
@@ -48,12 +49,24 @@ void BroadcastGroup::run(void* data, std::size_t bytes, int root, const std::str
     b.setRoot(root);
     b.setTimeout(options_.transfer_timeout);
     // Gloo picks the tree: any of the pairs may be the one this rank waits on.
+    // A peer that closed its pair (killed, or it gave the round up) ends the wait at once: a
+    // wait posted after the close is never told by Gloo. The moment lets bytes read before the
+    // close complete a wait on their own.
     stall_.arm([progress = progress_] { return latest(progress); },
                [this] {
                  std::lock_guard<std::mutex> l(abort_mu_);
                  if (current_ == nullptr) return;
                  current_->abortWaitRecv();
                  current_->abortWaitSend();
+               },
+               [progress = progress_,
+                closed_at = std::optional<StallWatch::Clock::time_point>()]() mutable {
+                 bool closed = false;
+                 for (const auto& p : progress) closed = closed || p->closed();
+                 if (!closed) return false;
+                 const auto now = StallWatch::Clock::now();
+                 if (!closed_at) closed_at = now;
+                 return now - *closed_at >= kClosedPeerGrace;
                });
     try {
       gloo::broadcast(b);
@@ -69,12 +82,23 @@ void BroadcastGroup::run(void* data, std::size_t bytes, int root, const std::str
     // An interrupted wait returns as if done: only the flags tell. The buffer goes with `b`, so
     // bytes arriving later are not written into `data`.
     if (aborted_) aborted();
+    if (const int peer = stalled ? closed_peer() : -1; peer >= 0)
+      fail(WT_ERR_REMOTE,
+           "rank {} closed its connection with this rank before the broadcast ended: it stopped, "
+           "or gave the round up",
+           peer);
     if (stalled)
       fail(WT_ERR_TIMEOUT,
            "no byte moved on any of this rank's pairs for {} ms (stall_timeout_s): a peer "
            "stopped or the link is cut",
            stall_.deadline().count());
   });
+}
+
+int BroadcastGroup::closed_peer() const {
+  for (int peer = 0; peer < context_->size; ++peer)
+    if (auto p = pair_progress(*context_, peer); p && p->closed()) return peer;
+  return -1;
 }
 
 void BroadcastGroup::broadcast(void* data, std::size_t bytes, int root, const std::string& what) {

@@ -73,6 +73,8 @@ class BroadcastGroup final : public Communicator {
   gloo::transport::UnboundBuffer* current_ = nullptr;  // the broadcast in progress
   bool aborted_ = false;
   std::vector<std::shared_ptr<const PairProgress>> progress_;  // every pair's
+  // The first peer whose pair closed (it died, or gave the group up), or -1.
+  int closed_peer() const;
   StallWatch stall_;  // last: its thread interrupts through current_ under abort_mu_
 };
 

@@ -18,6 +18,11 @@
 
 namespace wt::plugins {
 
+// How long a wait may stay open after the pair of a peer it waits on closed: bytes the peer sent
+// before it closed are read before the close is seen, so a wait still open a moment later can
+// never be served.
+inline constexpr std::chrono::milliseconds kClosedPeerGrace{200};
+
 class StallWatch {
  public:
   using Clock = std::chrono::steady_clock;

@@ -10,11 +10,7 @@
 
 namespace wt::m2n {
 
-namespace {
-// How long a wait may stay open after the pair of the peer it waits on closed.
-constexpr std::chrono::milliseconds kClosedPeerGrace{200};
-}  // namespace
-
+using plugins::kClosedPeerGrace;
 using sdk::fail;
 
 PairTransfers::PairTransfers(std::shared_ptr<gloo::rendezvous::Context> mesh,
