@@ -313,6 +313,9 @@ void M2nTrainer::run_round(const sdk::SendArgs& args, uint32_t round,
          tensors.size(), meta_.size());
   // CUDA: the producer's kernels are done before NCCL reads (its stream, or the device).
   if (cuda_device_ >= 0) plugins::wait_stream(cuda_device_, args.stream);
+  // The first round's table and staging (faulted in: a loaded machine has taken seconds per GB)
+  // before any worker is told to receive: its stall deadline then counts only the transfer.
+  table_for(tensors);
   if (rank_ != 0) {
     send_round(tensors, round);
     return;

@@ -25,6 +25,10 @@ control_s=15  # the control plane's (receiver.timeout_s): a cut between two broa
 # call spans its transfer, and a receiver's first round faults in 1 GB of staging memory, which a
 # loaded machine has been seen to take over 15 s for (a healthy one: 0.2 s).
 sync_control_s=120
+# Their stall deadline too: in a first m2n round a worker waits on a trainer rank that faults in
+# 1 GB before it sends (per-pair stall detection cannot tell that from a dead peer), which a
+# loaded machine has been seen to take over 10 s for.
+sync_stall_s=60
 tag="wt$$"
 work=$(mktemp -d)
 pids=()
@@ -154,7 +158,7 @@ init_info:
   master_address: $trainer_addr
   master_port: $(($6 + 1))
   transfer_timeout_s: $round_s
-  stall_timeout_s: $deadline_s
+  stall_timeout_s: ${stall:-$deadline_s}
 trainer:
   group_port: $6
   group_timeout_s: $deadline_s  # a rank waiting for a cut-off peer between rounds stops here
@@ -170,7 +174,7 @@ EOF
 }
 
 # 2. nccl from two trainer ranks under torchrun's variables (rank 0 sends).
-control=$sync_control_s job_config torchrun nccl "0 1" 2 true $((port_base + 12))
+control=$sync_control_s stall=$sync_stall_s job_config torchrun nccl "0 1" 2 true $((port_base + 12))
 rank_job torchrun "$work/torchrun.yaml" torchrun
 for r in 0 1; do
   wait "${job_pids[$r]}" || { cat "$work"/torchrun.rank*.log; echo "FAIL: torchrun rank $r failed"; exit 1; }
@@ -184,7 +188,7 @@ echo "torchrun form: 2 trainer ranks (rank 1 on $rank1_addr), nccl to 2 receiver
 
 # 3. m2n from two trainer ranks under SLURM's variables: each sends its half of every tensor.
 shard='shard: {rank_of: trainer, dim: 0}'
-control=$sync_control_s job_config slurm m2n "2 3" 2 true $((port_base + 14)) "$shard"
+control=$sync_control_s stall=$sync_stall_s job_config slurm m2n "2 3" 2 true $((port_base + 14)) "$shard"
 rank_job slurm "$work/slurm.yaml" slurm
 for r in 0 1; do
   wait "${job_pids[$r]}" || { cat "$work"/slurm.rank*.log; echo "FAIL: SLURM rank $r failed"; exit 1; }
