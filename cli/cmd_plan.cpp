@@ -68,13 +68,9 @@ Run add_plan_command(CLI::App& app) {
     m2n::Layout layout;
     m2n::Plan plan;
     m2n::PlanStats stats;
-    try {
-      layout = m2n::layout_from_json(doc, "layout " + o->layout);
-      plan = m2n::compute_plan(layout);
-      stats = m2n::plan_stats(plan);
-    } catch (const sdk::Error& e) {
-      throw Error(e.code(), e.what());
-    }
+    layout = m2n::layout_from_json(doc, "layout " + o->layout);
+    plan = m2n::compute_plan(layout);
+    stats = m2n::plan_stats(plan);
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::size_t tensors = 0;

@@ -2,7 +2,6 @@
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
-#include <wt/services/sdk_errors_as_host.hpp>
 
 #ifdef WT_CLI_WITH_CUDA
 #include <wt/sdk/cuda_driver.hpp>
@@ -23,7 +22,7 @@ namespace drv = sdk::cuda;
 class DeviceSource final : public WeightSource {
  public:
   DeviceSource(WeightSource& host, int device) : host_(host), device_(device) {
-    host_errors([&] { drv::DeviceGuard g(device_); });  // the driver and the device, now
+    drv::DeviceGuard g(device_);  // the driver and the device, now
   }
   ~DeviceSource() override {
     try {
@@ -42,23 +41,22 @@ class DeviceSource final : public WeightSource {
     uint64_t n = 0;
     if (!checked_nbytes(out.tensor.shape, out.tensor.ndim, out.tensor.dtype, &n))
       throw Error(WT_ERR_INVALID_ARGUMENT, fmt::format("tensor '{}': a bad shape", out.name));
-    host_errors([&] {
-      drv::DeviceGuard g(device_);
-      if (index_ == memory_.size()) {
-        CUdeviceptr p = 0;
-        drv::check(drv::driver().MemAlloc(&p, n == 0 ? 1 : n), "cuMemAlloc");
-        memory_.push_back(p);
-        sizes_.push_back(n);
-      }
-      if (sizes_[index_] != n)
-        throw Error(WT_ERR_INVALID_ARGUMENT,
-                    fmt::format("tensor '{}' changed size between rounds", out.name));
-      const auto* src = static_cast<const unsigned char*>(out.tensor.data) + out.tensor.byte_offset;
-      drv::check(drv::driver().MemcpyAsync(memory_[index_], reinterpret_cast<CUdeviceptr>(src), n,
-                                           nullptr),
-                 "cuMemcpyAsync of a checkpoint tensor to the device");
-      drv::check(drv::driver().CtxSynchronize(), "cuCtxSynchronize");
-    });
+    drv::DeviceGuard g(device_);
+    if (index_ == memory_.size()) {
+      CUdeviceptr p = 0;
+      drv::check(drv::driver().MemAlloc(&p, n == 0 ? 1 : n), "cuMemAlloc");
+      memory_.push_back(p);
+      sizes_.push_back(n);
+    }
+    if (sizes_[index_] != n)
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("tensor '{}' changed size between rounds", out.name));
+    const auto* src = static_cast<const unsigned char*>(out.tensor.data) + out.tensor.byte_offset;
+    drv::check(
+        drv::driver().MemcpyAsync(memory_[index_], reinterpret_cast<CUdeviceptr>(src), n, nullptr),
+        "cuMemcpyAsync of a checkpoint tensor to the device");
+    drv::check(drv::driver().CtxSynchronize(), "cuCtxSynchronize");
+
     out.tensor.data = reinterpret_cast<void*>(memory_[index_]);
     out.tensor.byte_offset = 0;
     out.tensor.device = {kDLCUDA, device_};

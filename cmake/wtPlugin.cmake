@@ -1,10 +1,14 @@
-# wt_add_plugin(<backend> SOURCES ... [VERSION x.y.z] [LIBRARIES ...])
+# wt_add_plugin(<backend> SOURCES ... [VERSION x.y.z] [LIBRARIES ...] [CUDA | NCCL] [INSTALL])
 # Builds libwt_<backend>.so: hidden visibility, only wt_plugin_get exported, the plugin SDK
 # linked in, WT_PLUGIN_VERSION defined. Works in wt's own tree and against an installed wt.
+#   CUDA     CUDA memory when the toolkit's headers are found (wt_plugin_cuda below)
+#   NCCL     the same, also needing nccl.h
+#   INSTALL  installs it where wt looks for plugins: WT_PLUGIN_INSTALL_DIR (set by
+#            find_package(wt): that wt's plugin directory), else <libdir>/wt/plugins
 set(_WT_PLUGIN_CMAKE_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 function(wt_add_plugin backend)
-  cmake_parse_arguments(ARG "" "VERSION;OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "CUDA;NCCL;INSTALL" "VERSION;OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT ARG_VERSION)
     set(ARG_VERSION ${PROJECT_VERSION})
   endif()
@@ -29,6 +33,20 @@ function(wt_add_plugin backend)
     target_link_options(${target} PRIVATE "LINKER:--no-undefined")
   endif()
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${_WT_PLUGIN_CMAKE_DIR}/wt_plugin.map)
+  if(ARG_NCCL)
+    wt_plugin_cuda(${backend} NCCL)
+  elseif(ARG_CUDA)
+    wt_plugin_cuda(${backend})
+  endif()
+  if(ARG_INSTALL)
+    if(DEFINED WT_PLUGIN_INSTALL_DIR)
+      set(destination ${WT_PLUGIN_INSTALL_DIR})
+    else()
+      include(GNUInstallDirs)
+      set(destination ${CMAKE_INSTALL_LIBDIR}/wt/plugins)
+    endif()
+    install(TARGETS ${target} LIBRARY DESTINATION ${destination})
+  endif()
 endfunction()
 
 # wt_plugin_cuda(<backend> [NCCL] [TARGET <target>])

@@ -1099,16 +1099,106 @@ void check_peer_killed(Context& ctx, std::string& detail) {
   detail += "; " + worker_whose_trainer_dies(ctx, lb);
 }
 
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// How broken-mid-tensor's broken round went: cut after `cut` bytes (0: never cut), the worker
+// holding the round's update call then or not; `no_tcp` when the plugin moves no data over TCP.
+struct BrokenRound {
+  uint64_t cut = 0;
+  bool receiving = false;
+  bool no_tcp = false;
+};
+
+// The broken round, from a trainer process that stops the worker once its sockets moved the first
+// MiB, and is killed once blocked; the worker is continued. A few tries: a round may outrun the
+// watch that stops its worker.
+BrokenRound break_a_round(Context& ctx, const Loopback& lb, const std::string& url, pid_t worker,
+                          const std::vector<std::string>& files) {
+  BrokenRound r;
+  for (int attempt = 0; attempt < 3 && r.cut == 0; ++attempt) {
+    const nlohmann::json fields = init_fields_for_trainer(ctx, lb.worker_world_size);
+    std::vector<std::string> argv{
+        ctx.options.wt_program, "conformance", ctx.options.path, "--trainer-for",       url,
+        "--trainer-fields",     fields.dump(), "--stop-worker",  std::to_string(worker)};
+    for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
+    Child trainer(argv);
+    const auto out = trainer.wait_for("blocked after ", std::chrono::seconds(60));
+    if (out) trainer.wait_for("call\n", std::chrono::seconds(5));
+    const bool ended = trainer.output().find("round ended") != std::string::npos;
+    trainer.kill_and_reap(SIGKILL);
+    ::kill(worker, SIGCONT);
+    const std::string& said = trainer.output();
+    if (out) {
+      const auto at = said.find("blocked after ") + 14;
+      r.cut = std::strtoull(said.c_str() + at, nullptr, 10);
+      r.receiving = said.find("update call out", at) != std::string::npos;
+    } else if (ended) {
+      HttpClient(url).end_weight_update("wt conformance: the round outran the watch; once more");
+      const auto at = said.find("round ended after ") + 18;
+      r.no_tcp = std::strtoull(said.c_str() + at, nullptr, 10) < kMiB;
+      if (r.no_tcp) return r;
+    } else {
+      fail(
+          "the trainer process of the broken round neither blocked nor ended its round within "
+          "60 s: {}",
+          said.substr(0, 600));
+    }
+  }
+  return r;
+}
+
+// After the broken round: a worker that had the update call must leave it within `deadline` on
+// its own (its receive fails); then it is told to end the round, as `wt launch` ends a killed
+// job's. Says what the worker did.
+std::string end_of_broken_round(const std::string& url, Child& server, bool receiving,
+                                std::chrono::seconds deadline) {
+  const auto t0 = Clock::now();
+  std::string own = receiving ? "" : "had no update call yet";
+  while (own.empty() && Clock::now() - t0 < deadline) {
+    if (HttpClient(url).get("/health").value("updates_in_progress", 1) == 0)
+      own = fmt::format("left its update call {} after it continued", seconds(Clock::now() - t0));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (own.empty()) {
+    server.drain();
+    fail(
+        "the worker at {} was still in its update call {} s after its trainer was killed in the "
+        "middle of a tensor: a worker must fail its receive within its deadline; its log ends: {}",
+        url, deadline.count(), tail_of(server.output(), 800));
+  }
+  try {
+    HttpClient::Options o;
+    o.timeout = deadline;
+    HttpClient(url, o).end_weight_update("wt conformance: the round was broken, on purpose");
+  } catch (const Error& e) {
+    fail("the worker at {} did not end the broken round within {} s: {}", url, deadline.count(),
+         e.what());
+  }
+  return own;
+}
+
+// Where the worker's weights differ from `want`, as a failure saying `what`.
+void expect_worker_holds(const std::string& url, const Checksums& want, const std::string& what) {
+  const Checksums have = HttpClient(url).weight_checksums();
+  for (const auto& [name, sum] : want) {
+    auto it = have.find(name);
+    if (it == have.end() || it->second != sum)
+      fail("{}: tensor '{}' differs on the worker", what, name);
+  }
+}
+
+}  // namespace
+
 // broken-mid-tensor: a round larger than the socket buffers, broken in the middle of a tensor. Its
 // trainer is a process of its own; once its sockets moved the first MiB of the round it stops the
 // worker, so it fills the sockets and blocks with the rest of the round unsent. The trainer is
 // killed and the worker continued: it reads what was in flight, a tensor cut short, then finds its
-// trainer gone. It must fail its receive within kWorkerDeadline, end the round when told (as
-// `wt launch` ends a killed job's), keep the weights of the round before, and sync a fresh
-// trainer, verified.
+// trainer gone. It must fail its receive within 30 s, end the round when told, keep the weights
+// of the round before, and sync a fresh trainer, verified.
 void check_broken_mid_tensor(Context& ctx, std::string& detail) {
-  constexpr auto kWorkerDeadline = std::chrono::seconds(30);
-  constexpr uint64_t kMiB = uint64_t{1} << 20;
   Loopback& lb = loopback(ctx);
   if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
   if (lb.sparse) {
@@ -1130,11 +1220,10 @@ void check_broken_mid_tensor(Context& ctx, std::string& detail) {
     fail("a worker for the large model (wt serve --plugin {}) did not start: {}", ctx.options.path,
          e.what());
   }
-  const pid_t worker = server->pid();
   struct Continue {  // whatever happens below, the worker is never left stopped
     pid_t pid;
     ~Continue() { ::kill(pid, SIGCONT); }
-  } cont{worker};
+  } cont{server->pid()};
   auto round_through = [&](WeightSource& source, const std::string& what, const Checksums& want) {
     auto t = lb.trainer(ctx, &source, url);
     SendOptions o;
@@ -1145,12 +1234,7 @@ void check_broken_mid_tensor(Context& ctx, std::string& detail) {
       fail("{}: send_weights failed: {}", what, e.what());
     }
     t.reset();
-    const Checksums have = HttpClient(url).weight_checksums();
-    for (const auto& [name, sum] : want) {
-      auto it = have.find(name);
-      if (it == have.end() || it->second != sum)
-        fail("{}: tensor '{}' differs on the worker", what, name);
-    }
+    expect_worker_holds(url, want, what);
   };
   Checksums before;  // what the worker must still hold after the broken round
   for (std::size_t i = 0; i < checkpoint.size(); ++i) {
@@ -1158,84 +1242,26 @@ void check_broken_mid_tensor(Context& ctx, std::string& detail) {
     before[checkpoint.metadata()[i].name] = checksum_bytes(b.data(), b.size());
   }
   round_through(checkpoint, "the round before", before);
-  // The broken round (a few tries: a round may outrun the watch that stops its worker).
-  uint64_t cut = 0;
-  bool receiving = false;  // the worker had the round's update call when it stopped
-  for (int attempt = 0; attempt < 3 && cut == 0; ++attempt) {
-    const nlohmann::json fields = init_fields_for_trainer(ctx, lb.worker_world_size);
-    std::vector<std::string> argv{
-        ctx.options.wt_program, "conformance", ctx.options.path, "--trainer-for",       url,
-        "--trainer-fields",     fields.dump(), "--stop-worker",  std::to_string(worker)};
-    for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
-    Child trainer(argv);
-    const auto out = trainer.wait_for("blocked after ", std::chrono::seconds(60));
-    if (out) trainer.wait_for("call\n", std::chrono::seconds(5));
-    const bool ended = trainer.output().find("round ended") != std::string::npos;
-    trainer.kill_and_reap(SIGKILL);
-    ::kill(worker, SIGCONT);
-    if (out) {
-      const auto at = trainer.output().find("blocked after ") + 14;
-      cut = std::strtoull(trainer.output().c_str() + at, nullptr, 10);
-      receiving = trainer.output().find("update call out", at) != std::string::npos;
-    } else if (ended) {
-      HttpClient(url).end_weight_update("wt conformance: the round outran the watch; once more");
-      const auto at = trainer.output().find("round ended after ") + 18;
-      if (std::strtoull(trainer.output().c_str() + at, nullptr, 10) < kMiB) {
-        detail = "not applicable: the plugin's round moves no data over TCP sockets";
-        return;
-      }
-    } else {
-      fail(
-          "the trainer process of the broken round neither blocked nor ended its round within "
-          "60 s: {}",
-          trainer.output().substr(0, 600));
-    }
+  const BrokenRound broken = break_a_round(ctx, lb, url, server->pid(), files);
+  if (broken.no_tcp) {
+    detail = "not applicable: the plugin's round moves no data over TCP sockets";
+    return;
   }
-  if (cut == 0)
+  if (broken.cut == 0)
     fail("3 rounds of 2 x {} MiB ended before their worker could be stopped after the first MiB",
          tensor_bytes / kMiB);
-  // The worker on its own: reads what was in flight, then must leave its update call (the
-  // receive fails). Then the harness ends the round, as `wt launch` ends a killed job's.
-  const auto t0 = Clock::now();
-  std::string own;
-  while (receiving && own.empty() && Clock::now() - t0 < kWorkerDeadline) {
-    if (HttpClient(url).get("/health").value("updates_in_progress", 1) == 0)
-      own = fmt::format("left its update call {} after it continued", seconds(Clock::now() - t0));
-    else
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (receiving && own.empty()) {
-    server->drain();
-    fail(
-        "the worker at {} was still in its update call {} s after its trainer was killed in the "
-        "middle of a tensor: a worker must fail its receive within its deadline; its log ends: {}",
-        url, kWorkerDeadline.count(), tail_of(server->output(), 800));
-  }
-  if (!receiving) own = "had no update call yet";
-  try {
-    HttpClient::Options o;
-    o.timeout = kWorkerDeadline;
-    HttpClient(url, o).end_weight_update("wt conformance: the round was broken, on purpose");
-  } catch (const Error& e) {
-    fail("the worker at {} did not end the broken round within {} s: {}", url,
-         kWorkerDeadline.count(), e.what());
-  }
-  const Checksums have = HttpClient(url).weight_checksums();
-  for (const auto& [name, sum] : before) {
-    auto it = have.find(name);
-    if (it == have.end() || it->second != sum)
-      fail(
-          "after a round broken mid-tensor, tensor '{}' on the worker is not what the round "
-          "before left there: part of the broken round was committed",
-          name);
-  }
+  const std::string own =
+      end_of_broken_round(url, *server, broken.receiving, std::chrono::seconds(30));
+  expect_worker_holds(url, before,
+                      "after a round broken mid-tensor (part of it committed: the weights must be "
+                      "the round before's)");
   InvertedSource inverted(checkpoint);
   round_through(inverted, "the round after", inverted.checksums());
   detail = fmt::format(
       "a round of 2 x {} MiB (socket buffers {} MiB) cut after {} MiB (its worker stopped, its "
       "trainer blocked, then killed): the worker {}, kept its weights, and a fresh trainer "
       "synced, verified",
-      tensor_bytes / kMiB, buffers / kMiB, cut / kMiB, own);
+      tensor_bytes / kMiB, buffers / kMiB, broken.cut / kMiB, own);
 }
 
 // broken-mid-tensor's trainer process: one round of the checkpoint inverted. Once its sockets

@@ -31,10 +31,7 @@ wt_status host_guard(char* err, std::size_t cap, F&& f) noexcept {
   try {
     f();
     return WT_OK;
-  } catch (const Error& e) {
-    sdk::write_message(err, cap, e.what());
-    return e.code();
-  } catch (const sdk::Error& e) {
+  } catch (const Error& e) {  // wt::sdk::Error too: the same type
     sdk::write_message(err, cap, e.what());
     return e.code();
   } catch (const std::exception& e) {

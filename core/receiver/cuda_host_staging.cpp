@@ -1,7 +1,6 @@
 #include <wt/services/cuda_host_staging.hpp>
 
 #include <wt/error.hpp>
-#include <wt/services/sdk_errors_as_host.hpp>
 
 #ifdef WT_RECEIVER_WITH_CUDA
 #include <wt/sdk/cuda_driver.hpp>
@@ -22,14 +21,12 @@ class CudaHostStaging final : public Receiver::DeviceStaging {
   explicit CudaHostStaging(int device) : device_(device), stream_(device) {}
 
   void* allocate_host(std::size_t n) override {
-    return host_errors([&] {
-      drv::DeviceGuard g(device_);
-      void* p = nullptr;
-      // Portable: pinned for every context, so any device's copy may land there.
-      drv::check(drv::driver().MemHostAlloc(&p, n, CU_MEMHOSTALLOC_PORTABLE),
-                 "cuMemHostAlloc of pinned memory for received weights");
-      return p;
-    });
+    drv::DeviceGuard g(device_);
+    void* p = nullptr;
+    // Portable: pinned for every context, so any device's copy may land there.
+    drv::check(drv::driver().MemHostAlloc(&p, n, CU_MEMHOSTALLOC_PORTABLE),
+               "cuMemHostAlloc of pinned memory for received weights");
+    return p;
   }
 
   void free_host(void* p) noexcept override {
@@ -46,20 +43,16 @@ class CudaHostStaging final : public Receiver::DeviceStaging {
           WT_ERR_INVALID_ARGUMENT,
           fmt::format("a tensor on device type {} id {} reached a receiver on cuda:{}",
                       static_cast<int>(src.device.device_type), src.device.device_id, device_));
-    host_errors([&] {
-      drv::DeviceGuard g(device_);
-      drv::check(drv::driver().MemcpyAsync(
-                     reinterpret_cast<CUdeviceptr>(dst),
-                     reinterpret_cast<CUdeviceptr>(src.data) + src.byte_offset, n, stream_.get()),
-                 "cuMemcpyAsync of a received tensor to host");
-    });
+    drv::DeviceGuard g(device_);
+    drv::check(drv::driver().MemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                         reinterpret_cast<CUdeviceptr>(src.data) + src.byte_offset,
+                                         n, stream_.get()),
+               "cuMemcpyAsync of a received tensor to host");
   }
 
   void* stream() const override { return stream_.get(); }
 
-  void synchronize() override {
-    host_errors([&] { stream_.synchronize(); });
-  }
+  void synchronize() override { stream_.synchronize(); }
 
  private:
   int device_;
@@ -69,7 +62,7 @@ class CudaHostStaging final : public Receiver::DeviceStaging {
 }  // namespace
 
 std::shared_ptr<Receiver::DeviceStaging> make_cuda_host_staging(int device) {
-  return host_errors([&] { return std::make_shared<CudaHostStaging>(device); });
+  return std::make_shared<CudaHostStaging>(device);
 }
 
 #else

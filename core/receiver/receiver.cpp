@@ -9,7 +9,7 @@
 #include <wt/sdk/parallel_for.hpp>
 #include <wt/checksum.hpp>
 
-#include "sparse_patches.hpp"
+#include <wt/services/sparse_patches.hpp>
 #include "staging_arena.hpp"
 
 #include <fmt/format.h>
@@ -265,17 +265,17 @@ class Receiver::RoundLoader final : public Loader {
 
   void load_patches(std::span<const wt_sparse_patch> patches) override {
     r_.wait_for_device_copies();  // a patch lands on top of what this round already copied
-    std::map<std::string, detail::PatchTarget> targets;
+    std::map<std::string, patching::PatchTarget> targets;
     auto current = [&](const std::string& name) -> const Tensor* {
       if (auto s = r_.staged_.find(name); s != r_.staged_.end()) return &s->second;
       if (auto c = r_.committed_.find(name); c != r_.committed_.end()) return &c->second;
       return nullptr;
     };
-    const std::vector<detail::PatchForm> forms = detail::check_patch_forms(
-        patches, [&](const std::string& name) -> const detail::PatchTarget* {
+    const std::vector<patching::PatchForm> forms = patching::check_patch_forms(
+        patches, [&](const std::string& name) -> const patching::PatchTarget* {
           const Tensor* t = current(name);
           if (t == nullptr) return nullptr;
-          return &(targets[name] = detail::PatchTarget{t->dtype, t->shape});
+          return &(targets[name] = patching::PatchTarget{t->dtype, t->shape});
         });
     // The elements are copied (the patch's memory is the backend's only for this call) on the load
     // threads, and the copies are what is checked and applied: a backend that changes its buffer
@@ -301,7 +301,7 @@ class Receiver::RoundLoader final : public Loader {
     std::vector<IndexScan> scans(forms.size());
     constexpr uint64_t kParallelBytes = uint64_t{1} << 20;  // below: not worth a thread
     parallel_for(forms.size(), total < kParallelBytes ? 1 : r_.load_threads_, [&](std::size_t k) {
-      const detail::PatchForm& f = forms[k];
+      const patching::PatchForm& f = forms[k];
       const auto n = static_cast<std::size_t>(f.count);
       indices[k] = reinterpret_cast<const int32_t*>(kept + at[k].first);  // 16-byte aligned
       if (n == 0) return;
@@ -309,14 +309,14 @@ class Receiver::RoundLoader final : public Loader {
       std::memcpy(kept + at[k].second, f.values, n * f.element_size);
       scans[k] = scan_indices(kept + at[k].first, n, f.limit);
     });
-    detail::judge_patch_indices(forms, indices, scans);
+    patching::judge_patch_indices(forms, indices, scans);
     rollback.keep = true;
     // A tensor rewritten this round is patched in its staged copy now; the others at finish.
     for (std::size_t k = 0; k < forms.size(); ++k) {
-      const detail::PatchForm& f = forms[k];
+      const patching::PatchForm& f = forms[k];
       bytes += static_cast<uint64_t>(f.count) * f.element_size;
       if (auto staged = r_.staged_.find(f.name); staged != r_.staged_.end())
-        detail::apply_patch(indices[k], kept + at[k].second, f.count, f.element_size,
+        patching::apply_patch(indices[k], kept + at[k].second, f.count, f.element_size,
                             staged->second.data.get());
       else
         r_.pending_patches_.push_back({f.name, f.dtype, f.count, at[k].first, at[k].second});
@@ -621,7 +621,7 @@ std::vector<std::string> Receiver::commit_locked(const std::optional<std::string
     work.emplace_back(&list, committed_.at(name).data.get());
   parallel_for(work.size(), load_threads_, [&](std::size_t k) {
     for (const PendingPatch* p : *work[k].first)
-      detail::apply_patch(reinterpret_cast<const int32_t*>(pending_bytes_.get() + p->indices_at),
+      patching::apply_patch(reinterpret_cast<const int32_t*>(pending_bytes_.get() + p->indices_at),
                           pending_bytes_.get() + p->values_at, p->count, element_size(p->dtype),
                           work[k].second);
   });

@@ -1,4 +1,4 @@
-#include "sparse_patches.hpp"
+#include <wt/services/sparse_patches.hpp>
 
 #include <wt/dtype.hpp>
 #include <wt/error.hpp>
@@ -15,7 +15,7 @@
 #include <string_view>
 #include <unordered_map>
 
-namespace wt::detail {
+namespace wt::patching {
 namespace {
 
 bool on_host(const DLTensor& t) {
@@ -157,7 +157,7 @@ void scatter(const int32_t* idx, const unsigned char* val, int64_t n, unsigned c
 
 void apply_patch(const int32_t* indices, const unsigned char* values, int64_t count,
                  std::size_t element_size, unsigned char* dst) {
-  const bool fixed = with_fixed_size(
+  const bool fixed = detail::with_fixed_size(
       element_size, [&]<std::size_t kSize>() { scatter<kSize>(indices, values, count, dst); });
   if (!fixed)
     for (int64_t i = 0; i < count; ++i)
@@ -165,4 +165,4 @@ void apply_patch(const int32_t* indices, const unsigned char* values, int64_t co
                   values + static_cast<std::size_t>(i) * element_size, element_size);
 }
 
-}  // namespace wt::detail
+}  // namespace wt::patching

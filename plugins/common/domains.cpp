@@ -2,6 +2,7 @@
 
 #include "broadcast_group.hpp"
 #include "nccl_communicator.hpp"
+#include "packed_options.hpp"
 #include "round_digests.hpp"
 #include "session_keys.hpp"
 #include "session_secret.hpp"
@@ -120,9 +121,10 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
   const auto trainer_rendezvous = read_trainer_rendezvous(r);
   const int64_t rank_offset = r.get_int("rank_offset");
   const int64_t world_size = r.get_int("world_size");
-  w.packed = r.opt_bool("packed", false);
-  w.buffer_bytes = r.opt_int("packed_buffer_size_bytes", w.buffer_bytes);
-  w.num_buffers = r.opt_int("packed_num_buffers", 2);
+  const auto packing = PackedOptions::read(r, {false, w.buffer_bytes, 2});
+  w.packed = packing.packed;
+  w.buffer_bytes = packing.buffer_bytes;
+  w.num_buffers = packing.num_buffers;
   for (const auto& key : extra)
     if (r.has(key)) w.extra[key] = r.get_string(key);
   r.finish();
@@ -135,10 +137,7 @@ WorkerInit read_worker_init(const sdk::WorkerContext& context, const nlohmann::j
     sdk::fail_field("rank_offset", WT_ERR_INVALID_ARGUMENT,
                     "invalid {}: rank_offset {} is not in 1..{}", what, rank_offset,
                     w.options.world_size - 1);
-  if (w.buffer_bytes <= 0)
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_buffer_size_bytes must be > 0", what);
-  if (w.num_buffers < 1 || w.num_buffers > 64)
-    fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: packed_num_buffers must be in 1..64", what);
+  packing.check(what);
   read_worker_deadlines(context, backend, w.options, trainer_rendezvous);
   w.options.rank = static_cast<int>(rank_offset);
   if (!rank_keys.is_null()) w.options.rank_key = own_rank_key(rank_keys, rank_offset, what);

@@ -15,6 +15,8 @@
 // trainer's business.
 #pragma once
 
+#include "../common/packed_options.hpp"
+
 #include <wt/sdk/plugin.hpp>
 
 namespace wt::ipc {
@@ -48,22 +50,18 @@ struct IpcInitInfo final : sdk::InitInfoBase {
     sdk::FieldReader r(fields, "init_info for backend 'ipc'");
     auto info = std::make_unique<IpcInitInfo>();
     info->rank_ = r.get_int("rank");
-    info->packed = r.opt_bool("packed", false);
-    info->packed_buffer_size_bytes =
-        r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
-    info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
+    const auto packing =
+        plugins::PackedOptions::read(r, {false, info->packed_buffer_size_bytes, 2});
+    info->packed = packing.packed;
+    info->packed_buffer_size_bytes = packing.buffer_bytes;
+    info->packed_num_buffers = packing.num_buffers;
     info->copy_threads = r.opt_int("copy_threads", 0);
     info->packed_alignment = r.opt_int("packed_alignment", 256);
     r.finish();
     if (info->rank_ < 0)
       sdk::fail_field("rank", WT_ERR_INVALID_ARGUMENT, "invalid {}: field 'rank' must be >= 0",
                       r.what());
-    if (info->packed_buffer_size_bytes <= 0)
-      sdk::fail_field("packed_buffer_size_bytes", WT_ERR_INVALID_ARGUMENT,
-                      "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
-    if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
-      sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT,
-                      "invalid {}: field 'packed_num_buffers' must be in 1..64", r.what());
+    packing.check(r.what());
     if (info->packed_alignment < 1 || info->packed_alignment > 4096 ||
         (info->packed_alignment & (info->packed_alignment - 1)) != 0)
       sdk::fail_field("packed_alignment", WT_ERR_INVALID_ARGUMENT,

@@ -181,13 +181,12 @@ void M2nWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
 
 void M2nWorker::receive_text(const char* update_info, const sdk::LoaderRef& loader) {
   refusing_closes_pairs([&] {
-    // A full resync names the same tensors every round: read the text again only when it changed.
-    if (update_info == nullptr || last_update_text_.empty() || last_update_text_ != update_info) {
-      last_update_text_.clear();
-      last_list_ = read_update_info(sdk::parse_json_text(update_info, "update_info"));
-      last_update_text_ = update_info;
-    }
-    receive_list(last_list_, loader);
+    receive_list(*update_text_.list_of(update_info,
+                                       [&](const nlohmann::json& parsed, plugins::ParamList& list) {
+                                         list = read_update_info(parsed);
+                                         return true;
+                                       }),
+                 loader);
   });
 }
 

@@ -9,6 +9,7 @@
 
 #include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
+#include "../common/update_text_cache.hpp"
 #include "m2n_plan.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
@@ -61,8 +62,7 @@ class M2nWorker final : public sdk::WorkerBase {
   uint32_t round_ = 0;
   std::mutex mu_;  // guards active_
   bool active_ = false;
-  std::string last_update_text_;
-  plugins::ParamList last_list_;
+  plugins::UpdateTextCache update_text_;
   // This rank's side of a round, worked out from the round's parameter names and kept while they
   // stay the same: a full resync names the same tensors every round, and at the scale m2n plans
   // for (a 1 T model, 256 trainer ranks) working it out takes seconds.

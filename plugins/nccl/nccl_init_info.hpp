@@ -17,6 +17,7 @@
 #pragma once
 
 #include "../common/domain_init_info.hpp"
+#include "../common/packed_options.hpp"
 
 #include <optional>
 
@@ -45,17 +46,12 @@ struct NcclInitInfo final : plugins::DomainInitInfo {
     sdk::FieldReader r(fields, "init_info for backend 'nccl'");
     auto info = std::make_unique<NcclInitInfo>();
     info->read_domain(r);
-    info->packed = r.opt_bool("packed", true);
-    info->packed_buffer_size_bytes =
-        r.opt_int("packed_buffer_size_bytes", info->packed_buffer_size_bytes);
-    info->packed_num_buffers = r.opt_int("packed_num_buffers", 2);
+    const auto packing = plugins::PackedOptions::read(r, {true, info->packed_buffer_size_bytes, 2});
+    info->packed = packing.packed;
+    info->packed_buffer_size_bytes = packing.buffer_bytes;
+    info->packed_num_buffers = packing.num_buffers;
     r.finish();
-    if (info->packed_buffer_size_bytes <= 0)
-      sdk::fail_field("packed_buffer_size_bytes", WT_ERR_INVALID_ARGUMENT,
-                      "invalid {}: field 'packed_buffer_size_bytes' must be > 0", r.what());
-    if (info->packed_num_buffers < 1 || info->packed_num_buffers > 64)
-      sdk::fail_field("packed_num_buffers", WT_ERR_INVALID_ARGUMENT,
-                      "invalid {}: field 'packed_num_buffers' must be in 1..64", r.what());
+    packing.check(r.what());
     info->check_deadlines(r);
     return info;
   }

@@ -67,16 +67,13 @@ void NcclWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef
 
 void NcclWorker::receive_text(const char* update_info, const sdk::LoaderRef& loader) {
   plugins::WorkerSession::Receiving receiving(session_);
-  // A full resync names the same tensors every round: 2,000 of them are about 100 KB of text, and
-  // reading them again would cost milliseconds before the first chunk is received.
-  if (update_info == nullptr || last_update_text_.empty() || last_update_text_ != update_info) {
-    last_update_text_.clear();
-    const nlohmann::json parsed = sdk::parse_json_text(update_info, "update_info");
-    if (session_.verified(*group_, parsed)) return;  // the round's digests, not tensors
-    last_list_ = read_update_info(parsed);
-    last_update_text_ = update_info;
-  }
-  receive_list(last_list_, loader);
+  const plugins::ParamList* list =
+      update_text_.list_of(update_info, [&](const nlohmann::json& parsed, plugins::ParamList& l) {
+        if (session_.verified(*group_, parsed)) return false;  // the round's digests, not tensors
+        l = read_update_info(parsed);
+        return true;
+      });
+  if (list != nullptr) receive_list(*list, loader);
 }
 
 void NcclWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRef& loader) {

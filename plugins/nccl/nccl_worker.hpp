@@ -11,6 +11,7 @@
 #include "../common/communicator.hpp"
 #include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
+#include "../common/update_text_cache.hpp"
 #include "../common/worker_session.hpp"
 #include "packed_chunks.hpp"
 
@@ -72,8 +73,7 @@ class NcclWorker final : public sdk::WorkerBase {
   std::vector<plugins::DeviceBytes> device_buffers_;
   plugins::WorkerSession session_{"nccl"};
   uint64_t in_place_chunks_ = 0;
-  std::string last_update_text_;  // the last update info read, and what was read from it
-  plugins::ParamList last_list_;
+  plugins::UpdateTextCache update_text_;
 };
 
 }  // namespace wt::nccl

@@ -16,7 +16,7 @@
 #include <wt/sdk/patch_scan.hpp>
 #include <wt/sdk/tensor_layout.hpp>
 
-#include "sparse_patches.hpp"  // the reference receiver's patch rules, applied to Python's tensors
+#include <wt/services/sparse_patches.hpp>  // the reference receiver's patch rules, on Python's tensors
 
 #include <fmt/format.h>
 
@@ -112,13 +112,13 @@ class PyLoader final : public Loader {
               patches.empty() || patches.front().name == nullptr ? "" : patches.front().name));
     py::gil_scoped_acquire g;  // declared first: the targets below are let go with it held
     struct Target {
-      detail::PatchTarget form;
+      patching::PatchTarget form;
       Held held;
       unsigned char* data = nullptr;
     };
     std::map<std::string, Target> targets;
-    const std::vector<detail::PatchForm> forms = detail::check_patch_forms(
-        patches, [&](const std::string& name) -> const detail::PatchTarget* {
+    const std::vector<patching::PatchForm> forms = patching::check_patch_forms(
+        patches, [&](const std::string& name) -> const patching::PatchTarget* {
           if (auto it = targets.find(name); it != targets.end()) return &it->second.form;
           py::object t;
           try {
@@ -153,9 +153,9 @@ class PyLoader final : public Loader {
       at[k] = indices[k].data();
       scans[k] = scan_indices(reinterpret_cast<const unsigned char*>(at[k]), n, forms[k].limit);
     }
-    detail::judge_patch_indices(forms, at, scans);
+    patching::judge_patch_indices(forms, at, scans);
     for (std::size_t k = 0; k < forms.size(); ++k)
-      detail::apply_patch(at[k], forms[k].values, forms[k].count, forms[k].element_size,
+      patching::apply_patch(at[k], forms[k].values, forms[k].count, forms[k].element_size,
                           targets.at(forms[k].name).data);
   }
 

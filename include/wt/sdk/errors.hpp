@@ -4,6 +4,7 @@
 #include <wt/requires_cxx20.hpp>
 
 #include <wt/wt_plugin.h>
+#include <wt/error.hpp>
 
 #include <fmt/format.h>
 
@@ -18,18 +19,9 @@ namespace wt::sdk {
 
 // An error with a stable ABI code. Everything a plugin throws at a user should be one of these.
 // field(): the top-level key of the init info the error is about, if any (ABI 2 hands it to the
-// host as data, so `wt launch` can point at its line in a config file).
-class Error : public std::runtime_error {
- public:
-  Error(wt_status code, std::string message, std::string field = {})
-      : std::runtime_error(std::move(message)), code_(code), field_(std::move(field)) {}
-  wt_status code() const noexcept { return code_; }
-  const std::string& field() const noexcept { return field_; }
-
- private:
-  wt_status code_;
-  std::string field_;
-};
+// host as data, so `wt launch` can point at its line in a config file). wt's one error type
+// (<wt/error.hpp>): the host and a plugin's code throw and catch the same class.
+using Error = ::wt::Error;
 
 template <typename... Args>
 [[noreturn]] void fail(wt_status code, fmt::format_string<Args...> f, Args&&... args) {

@@ -103,6 +103,31 @@ struct PluginDefinition {
   uint32_t oldest_abi = WT_ABI_VERSION;
 };
 
+// The definition of a plugin whose classes have the SDK's shapes, without writing the factories:
+//   Info:    static std::unique_ptr<InitInfoBase> parse(const nlohmann::json& fields)
+//   Trainer: Trainer(const TrainerContext&, const Info&), derived from TrainerBase
+//   Worker:  Worker(const WorkerContext&, const nlohmann::json& init_info), from WorkerBase
+//
+//   constexpr auto kDefinition = wt::sdk::define_plugin<MyInfo, MyTrainer, MyWorker>(
+//       WT_PLUGIN_BACKEND, WT_PLUGIN_VERSION, WT_CAP_TRAINER | WT_CAP_WORKER | WT_CAP_HOST_MEMORY);
+//   WT_DEFINE_PLUGIN(kDefinition)
+template <typename Info, typename Trainer, typename Worker>
+constexpr PluginDefinition define_plugin(const char* backend, const char* version,
+                                         uint64_t capabilities,
+                                         uint32_t oldest_abi = WT_ABI_VERSION) {
+  return {
+      backend,
+      version,
+      capabilities,
+      &Info::parse,
+      [](const TrainerContext& context, const InitInfoBase& info) -> std::unique_ptr<TrainerBase> {
+        return std::make_unique<Trainer>(context, static_cast<const Info&>(info));
+      },
+      [](const WorkerContext& context, const nlohmann::json& init_info)
+          -> std::unique_ptr<WorkerBase> { return std::make_unique<Worker>(context, init_info); },
+      oldest_abi};
+}
+
 }  // namespace wt::sdk
 
 // The opaque ABI objects, as this SDK implements them.

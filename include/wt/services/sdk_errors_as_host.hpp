@@ -1,6 +1,6 @@
-// Code the host shares with plugins (wt/sdk/cuda_driver.hpp, for one) reports wt::sdk::Error; the
-// host's own libraries and programs speak wt::Error. host_errors(f) calls f and turns the one into
-// the other, keeping the code and the message.
+// host_errors(f) calls f and turned the wt::sdk::Error of code shared with plugins into the host's
+// wt::Error. Since 0.3 they are one type, and this is f() itself: call f directly. Kept for
+// sources written against 0.2; goes no earlier than 0.4 (docs/abi-policy.md).
 #pragma once
 
 #include <wt/requires_cxx20.hpp>
@@ -11,12 +11,9 @@
 namespace wt {
 
 template <typename F>
-auto host_errors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const sdk::Error& e) {
-    throw Error(e.code(), e.what());
-  }
+[[deprecated("wt::sdk::Error is wt::Error since 0.3: call f() directly")]] auto host_errors(F&& f)
+    -> decltype(f()) {
+  return f();
 }
 
 }  // namespace wt

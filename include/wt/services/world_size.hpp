@@ -22,6 +22,8 @@ inline bool world_size_from_receivers(const nlohmann::json& init_info) {
 }
 
 // 1 (the sending trainer rank) + the receivers' worker ranks.
-inline int world_size_of(int receivers_world) { return 1 + receivers_world; }
+inline int world_size_of(int receivers_world) {
+  return 1 + receivers_world;
+}
 
 }  // namespace wt

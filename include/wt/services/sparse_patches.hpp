@@ -1,6 +1,8 @@
 // Delta patches as the reference receiver applies them: the whole batch is checked first (dtype,
 // shapes, full_shape against the current tensor, every index in range and none twice), so a bad
-// patch changes nothing; then each patch scatters its values into the tensor.
+// patch changes nothing; then each patch scatters its values into the tensor. Part of
+// wt::receiver, for an engine that applies a delta backend's patches to tensors of its own (the
+// Python package does, to PyTorch's) by exactly the receiver's rules.
 #pragma once
 
 #include <wt/wt_plugin.h>
@@ -12,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace wt::detail {
+namespace wt::patching {
 
 // What a patch is checked against: the tensor it patches, as the receiver holds it now.
 struct PatchTarget {
@@ -55,4 +57,4 @@ void judge_patch_indices(std::span<const PatchForm> forms, std::span<const int32
 void apply_patch(const int32_t* indices, const unsigned char* values, int64_t count,
                  std::size_t element_size, unsigned char* dst);
 
-}  // namespace wt::detail
+}  // namespace wt::patching
