@@ -18,8 +18,11 @@
 
 #include <wt/dtype.hpp>
 #include <wt/sdk/parallel_copy.hpp>
+#include <wt/sdk/prefault.hpp>
 #include <wt/sdk/rank_keys.hpp>
 #include <wt/sdk/tensor_layout.hpp>
+
+#include <unistd.h>
 
 namespace wt::m2n {
 
@@ -313,8 +316,10 @@ void M2nTrainer::run_round(const sdk::SendArgs& args, uint32_t round,
          tensors.size(), meta_.size());
   // CUDA: the producer's kernels are done before NCCL reads (its stream, or the device).
   if (cuda_device_ >= 0) plugins::wait_stream(cuda_device_, args.stream);
-  // The first round's table and staging (faulted in: a loaded machine has taken seconds per GB)
-  // before any worker is told to receive: its stall deadline then counts only the transfer.
+  // The first round's table and staging (faulted in: a loaded machine has taken seconds per GB),
+  // and source memory not mapped yet (a checkpoint file read from disk as it is sent), before any
+  // worker is told to receive: its stall deadline then counts only the transfer.
+  if (cuda_device_ < 0) map_new_source_memory(tensors);
   table_for(tensors);
   if (rank_ != 0) {
     send_round(tensors, round);
@@ -333,6 +338,24 @@ void M2nTrainer::run_round(const sdk::SendArgs& args, uint32_t round,
         std::string why = transfers_->given_up();
         return why.empty() && watch != nullptr ? watch->fate() : why;
       });
+}
+
+void M2nTrainer::map_new_source_memory(const std::vector<wt_tensor>& tensors) {
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  mapped_.resize(tensors.size(), nullptr);
+  for (std::size_t p = 0; p < tensors.size(); ++p) {
+    const DLTensor& t = tensors[p].tensor;
+    auto* first = static_cast<unsigned char*>(t.data) + t.byte_offset;
+    if (first == mapped_[p] || !is_compact(t)) continue;  // strided views: read as they are packed
+    uint64_t n = 0;
+    checked_nbytes(t.shape, t.ndim, t.dtype, &n);
+    const auto at = reinterpret_cast<std::uintptr_t>(first);
+    const std::uintptr_t from = at / page * page;
+    // Best effort: a kernel before 5.14 refuses the advice, and the pages come as they are read.
+    populate(reinterpret_cast<void*>(from), static_cast<std::size_t>(at + n - from),
+             kMadvPopulateRead, copy_threads_, page);
+    mapped_[p] = first;
+  }
 }
 
 void M2nTrainer::send_round(const std::vector<wt_tensor>& tensors, uint32_t round) {

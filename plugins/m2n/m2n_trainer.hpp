@@ -94,6 +94,9 @@ class M2nTrainer final : public sdk::TrainerBase {
   std::vector<std::size_t> packed_ops_;  // per packed message: its posted() number
   std::vector<uint64_t> offsets_;        // per message: its place in the ring
   std::vector<unsigned char*> bases_;    // per parameter: its first byte
+  std::vector<unsigned char*> mapped_;   // per parameter: the first byte last mapped in
+  // Maps in the source memory of tensors not seen at that address before (host memory).
+  void map_new_source_memory(const std::vector<wt_tensor>& tensors);
   std::vector<CopyBatchItem> batch_;
   unsigned copy_threads_ = 1;
   plugins::DeviceBytes device_frames_;    // CUDA: the frames, where NCCL can send them from
