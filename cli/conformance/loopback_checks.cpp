@@ -520,6 +520,17 @@ Loopback& loopback(Context& ctx) {
   return *ctx.loopback;
 }
 
+// Another worker beside the loopback's: a `wt serve` started as the loopback's was. `which`
+// names it in the failure ("a second worker").
+std::pair<std::unique_ptr<Child>, std::string> another_worker(Context& ctx, const Loopback& lb,
+                                                              const std::string& which) {
+  try {
+    return start_server(ctx.options.wt_program, lb.server_args);
+  } catch (const std::exception& e) {
+    fail("{} (wt serve --plugin {}) did not start: {}", which, ctx.options.path, e.what());
+  }
+}
+
 std::string seconds(Clock::duration d) {
   return fmt::format("{:.2f} s", std::chrono::duration<double>(d).count());
 }
@@ -600,13 +611,7 @@ void check_fan_out(Context& ctx, std::string& detail) {
     detail = "a delta backend's workers must share their base: not checked with a fresh second";
     return;
   }
-  std::unique_ptr<Child> second;
-  std::string url2;
-  try {
-    std::tie(second, url2) = start_server(ctx.options.wt_program, lb.server_args);
-  } catch (const std::exception& e) {
-    fail("a second worker (wt serve --plugin {}) did not start: {}", ctx.options.path, e.what());
-  }
+  auto [second, url2] = another_worker(ctx, lb, "a second worker");
   const int world2 = HttpClient(url2).world_size();
   HarnessClient first_client(lb.url), second_client(url2);
   FanOutClient both(
@@ -941,13 +946,7 @@ std::string worker_whose_trainer_dies(Context& ctx, Loopback& lb) {
   constexpr auto kWorkerDeadline = std::chrono::seconds(30);
   if (lb.sparse)
     return "trainer killed: a delta round's patches are all in one call, nothing to kill it in";
-  std::unique_ptr<Child> server;
-  std::string url;
-  try {
-    std::tie(server, url) = start_server(ctx.options.wt_program, lb.server_args);
-  } catch (const std::exception& e) {
-    fail("a third worker (wt serve --plugin {}) did not start: {}", ctx.options.path, e.what());
-  }
+  auto [server, url] = another_worker(ctx, lb, "a third worker");
   const nlohmann::json fields = init_fields_for_trainer(ctx, lb.worker_world_size);
   std::vector<std::string> argv{ctx.options.wt_program, "conformance", ctx.options.path,
                                 "--trainer-for",        url,           "--trainer-fields",
@@ -1007,13 +1006,7 @@ void check_peer_killed(Context& ctx, std::string& detail) {
   // A worker of its own in a second `wt serve`, killed with SIGKILL while its round is under way;
   // the trainer is given kPeerDeadline for its calls and must fail within it, naming the worker.
   constexpr auto kPeerDeadline = std::chrono::seconds(5);
-  std::unique_ptr<Child> server;
-  std::string url;
-  try {
-    std::tie(server, url) = start_server(ctx.options.wt_program, lb.server_args);
-  } catch (const std::exception& e) {
-    fail("a second worker (wt serve --plugin {}) did not start: {}", ctx.options.path, e.what());
-  }
+  auto [server, url] = another_worker(ctx, lb, "a second worker");
   struct Round {
     std::unique_ptr<Loopback::Trainer> trainer;
     std::unique_ptr<HeldSource> source;
@@ -1212,14 +1205,7 @@ void check_broken_mid_tensor(Context& ctx, std::string& detail) {
   const auto files = write_synthetic_checkpoint(ctx.options.work_dir + "/model-large",
                                                 large_layout(tensor_bytes), 11);
   SafetensorsSource checkpoint(files, SafetensorsSource::Memory::private_copy_on_write);
-  std::unique_ptr<Child> server;
-  std::string url;
-  try {
-    std::tie(server, url) = start_server(ctx.options.wt_program, lb.server_args);
-  } catch (const std::exception& e) {
-    fail("a worker for the large model (wt serve --plugin {}) did not start: {}", ctx.options.path,
-         e.what());
-  }
+  auto [server, url] = another_worker(ctx, lb, "a worker for the large model");
   struct Continue {  // whatever happens below, the worker is never left stopped
     pid_t pid;
     ~Continue() { ::kill(pid, SIGCONT); }
