@@ -8,6 +8,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/pair.h>
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -98,12 +99,24 @@ class ProvingPair final : public tcp::Pair {
   }
 
   // Called only from handleEvents above, which turns whatever it throws into the pair's failure.
+  //
+  // One message each way per event, where Gloo's own loops on until the socket runs dry: a
+  // rank's one loop thread serves all its pairs, and a peer that keeps its socket full (its next
+  // message always there) held that thread for the whole of its share while every other pair
+  // stood idle, on a slow or loaded machine past the stall deadline of the peers behind them.
+  // Epoll is level triggered: what is left is served on the loop's next pass, after the other
+  // pairs had their turn.
   void handleReadWrite(int events) override {
-    if (proven_) {
-      tcp::Pair::handleReadWrite(events);
-    } else {
+    if (!proven_) {
       continue_proof();
+      return;
     }
+    if (events & EPOLLOUT) {
+      if (!tx_.empty() && write(tx_.front())) tx_.pop_front();
+      if (state_ == CLOSED) return;  // the write failed the pair
+      if (tx_.empty()) device_->registerDescriptor(fd_, EPOLLIN, this);
+    }
+    if ((events & EPOLLIN) && state_ != CLOSED) read();
   }
 
   // Every message for a receive is exactly as long as the receive posted: Gloo itself completes

@@ -6,6 +6,7 @@
 
 #include <wt/sdk/errors.hpp>
 
+#include <algorithm>
 #include <optional>
 
 namespace wt::m2n {
@@ -26,6 +27,8 @@ void PairTransfers::clear() {
   // The buffers go before the memory they point at (their owners free it after this).
   ops_.clear();
   waited_ = 0;
+  round_peers_.clear();
+  round_pairs_ = std::make_shared<Progresses>();
 }
 
 void PairTransfers::discard() {
@@ -79,6 +82,12 @@ void PairTransfers::post(bool send, int peer, uint64_t slot, void* data, std::si
       op.what = what;
       ops_.push_back(std::move(op));
     });
+    if (round_peers_.insert(peer).second)
+      if (auto p = plugins::pair_progress(*mesh_, peer)) {
+        auto pairs = std::make_shared<Progresses>(*round_pairs_);
+        pairs->push_back(std::move(p));
+        round_pairs_ = std::move(pairs);
+      }
   } catch (...) {
     discard();
     throw;
@@ -104,26 +113,32 @@ void PairTransfers::wait_through(std::size_t n) {
       // The watch reads the pair's progress through its own reference, and interrupts only
       // through current_, under mu_.
       const auto peer = plugins::pair_progress(*mesh_, op.peer);
-      stall_.arm([peer] { return peer ? peer->last() : std::chrono::steady_clock::now(); },
-                 [this] {
-                   std::lock_guard<std::mutex> l(mu_);
-                   if (current_ == nullptr) return;
-                   current_->abortWaitRecv();
-                   current_->abortWaitSend();
-                 },
-                 [this, peer,
-                  closed_at = std::optional<std::chrono::steady_clock::time_point>()]() mutable {
-                   for (const auto& f : fates_)  // fixed once rounds run, and outlives the watch
-                     if (f.second->closed()) return true;
-                   // The peer this wait is for closed its pair (it died, or gave the round up):
-                   // what it had sent before is read before the close is seen, so a wait still open
-                   // a moment later can never be served. The moment lets a wait its last bytes just
-                   // completed return on its own.
-                   if (peer == nullptr || !peer->closed()) return false;
-                   const auto now = std::chrono::steady_clock::now();
-                   if (!closed_at) closed_at = now;
-                   return now - *closed_at >= kClosedPeerGrace;
-                 });
+      stall_.arm(
+          [peer, pairs = round_pairs_] {
+            if (!peer) return std::chrono::steady_clock::now();
+            auto last = peer->last();
+            for (const auto& p : *pairs) last = std::max(last, p->last());
+            return last;
+          },
+          [this] {
+            std::lock_guard<std::mutex> l(mu_);
+            if (current_ == nullptr) return;
+            current_->abortWaitRecv();
+            current_->abortWaitSend();
+          },
+          [this, peer,
+           closed_at = std::optional<std::chrono::steady_clock::time_point>()]() mutable {
+            for (const auto& f : fates_)  // fixed once rounds run, and outlives the watch
+              if (f.second->closed()) return true;
+            // The peer this wait is for closed its pair (it died, or gave the round up):
+            // what it had sent before is read before the close is seen, so a wait still open
+            // a moment later can never be served. The moment lets a wait its last bytes just
+            // completed return on its own.
+            if (peer == nullptr || !peer->closed()) return false;
+            const auto now = std::chrono::steady_clock::now();
+            if (!closed_at) closed_at = now;
+            return now - *closed_at >= kClosedPeerGrace;
+          });
       bool done = false;
       try {
         plugins::gloo_call(op.what, [&] {
@@ -151,7 +166,8 @@ void PairTransfers::wait_through(std::size_t n) {
              op.what, op.peer);
       if (stalled && !done)
         fail(WT_ERR_TIMEOUT,
-             "{}: no byte moved on the pair with rank {} for {} ms (stall_timeout_s): the peer "
+             "{}: no byte moved on the pair with rank {} (nor on any other of this round) for "
+             "{} ms (stall_timeout_s): the peer "
              "stopped or the link is cut",
              op.what, op.peer, stall_.deadline().count());
       if (!done) fail(WT_ERR_ABORTED, "{}: aborted", op.what);

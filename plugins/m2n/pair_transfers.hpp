@@ -1,8 +1,12 @@
 // Transfers over the authenticated Gloo mesh, for host memory: a message is an unbound buffer
 // sent or received on its slot (Gloo moves it only once both ends posted it, so nothing lands
 // where no receive waits); discard() closes every pair. A round has two deadlines: its messages
-// all within transfer_timeout, and each wait fails once no byte moved on its pair for
-// stall_timeout (a stopped peer or a cut link, told from a slow round). A wait whose peer closed
+// all within transfer_timeout, and each wait fails once no byte moved for stall_timeout on its
+// pair nor on any other pair this round posted to (a stopped peer or a cut link, told from a slow
+// round). Any pair counts because this rank's one Gloo loop thread reads a message to its end
+// before it serves another pair: while it copies one peer's large piece into memory the kernel is
+// slow to hand out, the pair a wait is on moves nothing, and its peer is not to blame; a peer
+// that stopped is still found once the others' parts are in. A wait whose peer closed
 // its pair (a process killed, a rank that gave the round up) fails within a fraction of a second,
 // naming the peer: nothing more can come from it.
 #pragma once
@@ -21,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace wt::m2n {
@@ -61,6 +66,11 @@ class PairTransfers final : public Transfers {
   std::chrono::milliseconds timeout_;
   std::vector<std::pair<int, std::shared_ptr<const plugins::PairProgress>>> fates_;
   std::vector<Op> ops_;
+  // The pairs of the round's posted messages, for the stall deadline: a snapshot the watch reads
+  // (replaced, never changed, when a message goes to a new peer).
+  using Progresses = std::vector<std::shared_ptr<const plugins::PairProgress>>;
+  std::shared_ptr<const Progresses> round_pairs_ = std::make_shared<Progresses>();
+  std::unordered_set<int> round_peers_;
   std::size_t waited_ = 0;                         // ops_[0, waited_) are done
   std::chrono::steady_clock::time_point until_{};  // the deadline of the messages in ops_
   std::atomic<bool> broken_{false};

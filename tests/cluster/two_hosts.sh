@@ -25,8 +25,8 @@ control_s=15  # the control plane's (receiver.timeout_s): a cut between two broa
 # call spans its transfer, and a receiver's first round faults in 1 GB of staging memory, which a
 # loaded machine has been seen to take over 15 s for (a healthy one: 0.2 s).
 sync_control_s=120
-# Their stall deadline too: in a first m2n round a worker waits on a trainer rank that faults in
-# 1 GB before it sends (per-pair stall detection cannot tell that from a dead peer), which a
+# Their trainer ranks' stall deadline too: in a first round a trainer rank waits on a receiver
+# that lands 1 GB in fresh memory (nothing on the wire tells that from a dead peer), which a
 # loaded machine has been seen to take over 10 s for.
 sync_stall_s=60
 tag="wt$$"
@@ -83,17 +83,21 @@ else
 fi
 
 port_base=$((20000 + $$ % 20000))
-# Receivers 0 and 1 take nccl, 2 and 3 m2n.
+# Receivers 0 and 1 take nccl, 2 and 3 m2n. The m2n workers fault in their staging before they
+# listen, as `wt launch` starts its own (--expect-model-bytes, the 1 GB model): their stall
+# deadline is the cut phases' 10 s, and a first round that faults in 1 GB on a loaded machine
+# keeps pairs idle for longer. Faulting in takes a healthy machine under a second; a loaded one,
+# up to a minute.
 for k in 0 1 2 3; do
-  backend=nccl
-  ((k < 2)) || backend=m2n
-  "${on_receivers[@]}" "$wt" serve --host "$receiver_addr" --port $((port_base + k)) \
+  backend=nccl expect=()
+  ((k < 2)) || backend=m2n expect=(--expect-model-bytes 1000000000)
+  "${on_receivers[@]}" "$wt" serve --host "$receiver_addr" --port $((port_base + k)) "${expect[@]}" \
     --weight-transfer-config "{\"backend\": \"$backend\", \"transfer_timeout_s\": $round_s, \"stall_timeout_s\": $deadline_s, \"rendezvous_timeout_s\": 10}" \
     > "$work/receiver$k.log" 2>&1 &
   pids+=($!)
 done
 for k in 0 1 2 3; do
-  for _ in $(seq 100); do grep -q "listening on" "$work/receiver$k.log" && break; sleep 0.1; done
+  for _ in $(seq 1200); do grep -q "listening on" "$work/receiver$k.log" && break; sleep 0.1; done
   grep -q "listening on" "$work/receiver$k.log" || { cat "$work/receiver$k.log"; exit 1; }
 done
 # The secret the trainer ranks of a job share, as a batch script would export it.
