@@ -131,6 +131,136 @@ LaunchConfig load_launch_config(const std::string& path) {
 
 namespace {
 
+// init_info is the plugin's to judge (validate_init_info); each key's place is kept for its errors.
+void read_init_info(const YAML::Node& node, LaunchConfig& c) {
+  Section ii(node, c.file, "init_info");
+  if (ii.node()["rank"].IsDefined())
+    ii.fail(ii.node()["rank"],
+            "'init_info.rank' is set by wt launch for each trainer process; remove it");
+  if (ii.node()["backend"].IsDefined())
+    ii.fail(ii.node()["backend"], "'init_info.backend' belongs at the top level ('backend:')");
+  c.init_info = yaml_to_json(ii.node(), c.file);
+  for (const auto& kv : ii.node())
+    c.init_info_marks[kv.first.as<std::string>()] = {kv.first.Mark().line + 1,
+                                                     kv.first.Mark().column + 1};
+}
+
+void read_trainer(const YAML::Node& node, LaunchConfig& c) {
+  Section t(node, c.file, "trainer");
+  c.trainer_ranks_given = t.has("ranks");
+  c.trainer_ranks = t.scalar<int>("ranks", "an integer", 1);
+  if (c.trainer_ranks < 1 || c.trainer_ranks > 64)
+    t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
+  c.group_address = t.string("group_address", "");
+  c.group_port = t.scalar<int>("group_port", "an integer", c.group_port);
+  if (c.group_port < 1 || c.group_port > 65535)
+    t.fail(t.get("group_port"), "'trainer.group_port' must be a port, 1..65535");
+  c.secret_file = t.string("secret_file", "");
+  c.group_timeout_s = t.seconds("group_timeout_s", 60);
+  c.weights_in_shared_memory = t.scalar<bool>("weights_in_shared_memory", "true or false", false);
+  t.finish();
+}
+
+void read_generate(const YAML::Node& node, LaunchConfig& c) {
+  Section g(node, c.file, "source.generate");
+  LaunchConfig::Generate G;
+  G.model = g.string("model", G.model);
+  G.dtype = g.string("dtype", G.dtype);
+  G.seed = g.scalar<uint32_t>("seed", "a non-negative integer", 0);
+  G.shards = g.scalar<int>("shards", "an integer", 1);
+  G.dir = g.string("dir", "");
+  g.finish();
+  c.generate = G;
+}
+
+void read_shard(const YAML::Node& node, LaunchConfig& c) {
+  Section sh(node, c.file, "source.shard");
+  if (sh.string("rank_of") != "trainer")
+    sh.fail(sh.has("rank_of") ? sh.get("rank_of") : sh.node(),
+            "'source.shard.rank_of' must be 'trainer' (the trainer ranks split each tensor)");
+  c.shard_dim = sh.scalar<int>("dim", "an integer", 0);
+  if (*c.shard_dim < 0 || *c.shard_dim > 7)
+    sh.fail(sh.get("dim"), "'source.shard.dim' must be a dimension, 0..7");
+  sh.finish();
+}
+
+void read_source(const YAML::Node& node, LaunchConfig& c) {
+  Section s(node, c.file, "source");
+  bool gen = s.has("generate"), st = s.has("safetensors");
+  if (gen == st) s.fail(s.node(), "'source' needs exactly one of 'generate' and 'safetensors'");
+  if (st) {
+    auto n = s.get("safetensors");
+    if (n.IsScalar())
+      c.safetensors.push_back(n.as<std::string>());
+    else if (n.IsSequence())
+      for (const auto& x : n) c.safetensors.push_back(x.as<std::string>());
+    else
+      s.fail(n, "'source.safetensors' must be a path or a list of paths");
+  } else {
+    read_generate(s.get("generate"), c);
+  }
+  if (s.has("shard")) read_shard(s.get("shard"), c);
+  s.finish();
+}
+
+// url: one URL, or a list of them (one per deployment); urls: the list.
+void read_receiver_urls(Section& r, LaunchConfig& c) {
+  if (r.has("url") && r.has("urls"))
+    r.fail(r.get("urls"), "'receiver.url' and 'receiver.urls' exclude each other");
+  if (r.has("urls") && !r.get("urls").IsSequence())
+    r.fail(r.get("urls"), "'receiver.urls' must be a list of URLs");
+  if (r.has("url") || r.has("urls")) {
+    const char* key = r.has("url") ? "url" : "urls";
+    auto n = r.get(key);
+    if (n.IsScalar())
+      c.receiver_urls.push_back(r.string(key));
+    else if (n.IsSequence() && n.size() > 0)
+      for (const auto& x : n) {
+        if (!x.IsScalar() || x.Scalar().empty())
+          r.fail(x, "'receiver.url' must be a URL or a list of URLs");
+        c.receiver_urls.push_back(x.Scalar());
+      }
+    else
+      r.fail(n, "'receiver.url' must be a URL or a non-empty list of URLs");
+  }
+}
+
+void read_receiver(const YAML::Node& node, LaunchConfig& c) {
+  Section r(node, c.file, "receiver");
+  read_receiver_urls(r, c);
+  c.embedded_receiver = r.scalar<bool>("embedded", "true or false", c.receiver_urls.empty());
+  if (c.embedded_receiver && !c.receiver_urls.empty())
+    r.fail(r.get(r.has("url") ? "url" : "urls"),
+           "'receiver.url' and 'receiver.embedded: true' exclude each other");
+  if (!c.embedded_receiver && c.receiver_urls.empty())
+    r.fail(r.node(), "'receiver.embedded: false' needs 'receiver.url'");
+  c.receiver_count = r.scalar<int>("count", "an integer", 1);
+  if (r.has("count") && !c.embedded_receiver)
+    r.fail(r.get("count"), "'receiver.count' is for embedded receivers; list the URLs instead");
+  if (c.receiver_count < 1 || c.receiver_count > 16)
+    r.fail(r.get("count"), "'receiver.count' must be in 1..16");
+  c.receiver_tensor_parallel_size = r.scalar<int>("tensor_parallel_size", "an integer", 1);
+  if (r.has("tensor_parallel_size") && !c.embedded_receiver)
+    r.fail(r.get("tensor_parallel_size"),
+           "'receiver.tensor_parallel_size' is for embedded receivers (a given URL says its own "
+           "world size)");
+  if (c.receiver_tensor_parallel_size < 1 || c.receiver_tensor_parallel_size > 8)
+    r.fail(r.get("tensor_parallel_size"), "'receiver.tensor_parallel_size' must be in 1..8");
+  c.receiver_token = r.string("token");
+  c.receiver_timeout_s = r.seconds("timeout_s", 300);
+  c.receiver_device = r.string("device", "cpu");
+  r.finish();
+}
+
+void read_training_step(const YAML::Node& node, LaunchConfig& c) {
+  Section t(node, c.file, "training_step");
+  c.perturb_fraction = t.scalar<double>("perturb_fraction", "a number", 0.01);
+  if (c.perturb_fraction < 0 || c.perturb_fraction > 1)
+    t.fail(t.get("perturb_fraction"), "'training_step.perturb_fraction' must be in [0, 1]");
+  c.perturb_seed = t.scalar<uint32_t>("seed", "a non-negative integer", 1);
+  t.finish();
+}
+
 void read_config(const YAML::Node& root, LaunchConfig& c) {
   const std::string& path = c.file;
   if (!root.IsDefined() || root.IsNull())
@@ -138,123 +268,14 @@ void read_config(const YAML::Node& root, LaunchConfig& c) {
   Section top(root, path, "");
   c.backend = top.string("backend");
   if (c.backend.empty()) top.fail(root, "missing key 'backend' (e.g. backend: ipc)");
-  if (top.has("init_info")) {
-    Section ii(top.get("init_info"), path, "init_info");
-    if (ii.node()["rank"].IsDefined())
-      ii.fail(ii.node()["rank"],
-              "'init_info.rank' is set by wt launch for each trainer process; remove it");
-    if (ii.node()["backend"].IsDefined())
-      ii.fail(ii.node()["backend"], "'init_info.backend' belongs at the top level ('backend:')");
-    c.init_info = yaml_to_json(ii.node(), path);
-    for (const auto& kv : ii.node())
-      c.init_info_marks[kv.first.as<std::string>()] = {kv.first.Mark().line + 1,
-                                                       kv.first.Mark().column + 1};
-  }
-  if (top.has("trainer")) {
-    Section t(top.get("trainer"), path, "trainer");
-    c.trainer_ranks_given = t.has("ranks");
-    c.trainer_ranks = t.scalar<int>("ranks", "an integer", 1);
-    if (c.trainer_ranks < 1 || c.trainer_ranks > 64)
-      t.fail(t.get("ranks"), "'trainer.ranks' must be in 1..64");
-    c.group_address = t.string("group_address", "");
-    c.group_port = t.scalar<int>("group_port", "an integer", c.group_port);
-    if (c.group_port < 1 || c.group_port > 65535)
-      t.fail(t.get("group_port"), "'trainer.group_port' must be a port, 1..65535");
-    c.secret_file = t.string("secret_file", "");
-    c.group_timeout_s = t.seconds("group_timeout_s", 60);
-    c.weights_in_shared_memory = t.scalar<bool>("weights_in_shared_memory", "true or false", false);
-    t.finish();
-  }
+  if (top.has("init_info")) read_init_info(top.get("init_info"), c);
+  if (top.has("trainer")) read_trainer(top.get("trainer"), c);
   if (!top.has("source")) top.fail(root, "missing key 'source' (generate: or safetensors:)");
-  {
-    Section s(top.get("source"), path, "source");
-    bool gen = s.has("generate"), st = s.has("safetensors");
-    if (gen == st) s.fail(s.node(), "'source' needs exactly one of 'generate' and 'safetensors'");
-    if (st) {
-      auto n = s.get("safetensors");
-      if (n.IsScalar())
-        c.safetensors.push_back(n.as<std::string>());
-      else if (n.IsSequence())
-        for (const auto& x : n) c.safetensors.push_back(x.as<std::string>());
-      else
-        s.fail(n, "'source.safetensors' must be a path or a list of paths");
-    } else {
-      Section g(s.get("generate"), path, "source.generate");
-      LaunchConfig::Generate G;
-      G.model = g.string("model", G.model);
-      G.dtype = g.string("dtype", G.dtype);
-      G.seed = g.scalar<uint32_t>("seed", "a non-negative integer", 0);
-      G.shards = g.scalar<int>("shards", "an integer", 1);
-      G.dir = g.string("dir", "");
-      g.finish();
-      c.generate = G;
-    }
-    if (s.has("shard")) {
-      Section sh(s.get("shard"), path, "source.shard");
-      if (sh.string("rank_of") != "trainer")
-        sh.fail(sh.has("rank_of") ? sh.get("rank_of") : sh.node(),
-                "'source.shard.rank_of' must be 'trainer' (the trainer ranks split each tensor)");
-      c.shard_dim = sh.scalar<int>("dim", "an integer", 0);
-      if (*c.shard_dim < 0 || *c.shard_dim > 7)
-        sh.fail(sh.get("dim"), "'source.shard.dim' must be a dimension, 0..7");
-      sh.finish();
-    }
-    s.finish();
-  }
-  if (top.has("receiver")) {
-    Section r(top.get("receiver"), path, "receiver");
-    // url: one URL, or a list of them (one per deployment); urls: the list.
-    if (r.has("url") && r.has("urls"))
-      r.fail(r.get("urls"), "'receiver.url' and 'receiver.urls' exclude each other");
-    if (r.has("urls") && !r.get("urls").IsSequence())
-      r.fail(r.get("urls"), "'receiver.urls' must be a list of URLs");
-    if (r.has("url") || r.has("urls")) {
-      const char* key = r.has("url") ? "url" : "urls";
-      auto n = r.get(key);
-      if (n.IsScalar())
-        c.receiver_urls.push_back(r.string(key));
-      else if (n.IsSequence() && n.size() > 0)
-        for (const auto& x : n) {
-          if (!x.IsScalar() || x.Scalar().empty())
-            r.fail(x, "'receiver.url' must be a URL or a list of URLs");
-          c.receiver_urls.push_back(x.Scalar());
-        }
-      else
-        r.fail(n, "'receiver.url' must be a URL or a non-empty list of URLs");
-    }
-    c.embedded_receiver = r.scalar<bool>("embedded", "true or false", c.receiver_urls.empty());
-    if (c.embedded_receiver && !c.receiver_urls.empty())
-      r.fail(r.get(r.has("url") ? "url" : "urls"),
-             "'receiver.url' and 'receiver.embedded: true' exclude each other");
-    if (!c.embedded_receiver && c.receiver_urls.empty())
-      r.fail(r.node(), "'receiver.embedded: false' needs 'receiver.url'");
-    c.receiver_count = r.scalar<int>("count", "an integer", 1);
-    if (r.has("count") && !c.embedded_receiver)
-      r.fail(r.get("count"), "'receiver.count' is for embedded receivers; list the URLs instead");
-    if (c.receiver_count < 1 || c.receiver_count > 16)
-      r.fail(r.get("count"), "'receiver.count' must be in 1..16");
-    c.receiver_tensor_parallel_size = r.scalar<int>("tensor_parallel_size", "an integer", 1);
-    if (r.has("tensor_parallel_size") && !c.embedded_receiver)
-      r.fail(r.get("tensor_parallel_size"),
-             "'receiver.tensor_parallel_size' is for embedded receivers (a given URL says its own "
-             "world size)");
-    if (c.receiver_tensor_parallel_size < 1 || c.receiver_tensor_parallel_size > 8)
-      r.fail(r.get("tensor_parallel_size"), "'receiver.tensor_parallel_size' must be in 1..8");
-    c.receiver_token = r.string("token");
-    c.receiver_timeout_s = r.seconds("timeout_s", 300);
-    c.receiver_device = r.string("device", "cpu");
-    r.finish();
-  }
+  read_source(top.get("source"), c);
+  if (top.has("receiver")) read_receiver(top.get("receiver"), c);
   c.rounds = top.scalar<int>("rounds", "an integer", 3);
   if (c.rounds < 1) top.fail(top.get("rounds"), "'rounds' must be at least 1");
-  if (top.has("training_step")) {
-    Section t(top.get("training_step"), path, "training_step");
-    c.perturb_fraction = t.scalar<double>("perturb_fraction", "a number", 0.01);
-    if (c.perturb_fraction < 0 || c.perturb_fraction > 1)
-      t.fail(t.get("perturb_fraction"), "'training_step.perturb_fraction' must be in [0, 1]");
-    c.perturb_seed = t.scalar<uint32_t>("seed", "a non-negative integer", 1);
-    t.finish();
-  }
+  if (top.has("training_step")) read_training_step(top.get("training_step"), c);
   c.verify = top.scalar<bool>("verify", "true or false", true);
   if (top.has("plugin_dirs")) {
     auto n = top.get("plugin_dirs");

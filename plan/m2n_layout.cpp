@@ -1,9 +1,8 @@
 #include "m2n_layout.hpp"
 
-#include "m2n_fields.hpp"
-
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
+#include <wt/sdk/json_fields.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -62,40 +61,7 @@ constexpr std::size_t kMaxHeldEntries = std::size_t{1} << 23;
 constexpr int kMaxDims = 8;
 
 [[noreturn]] void bad(const std::string& what, const std::string& why) {
-  detail::refuse("invalid " + what, why);
-}
-
-int64_t int_field(const nlohmann::json& o, const char* key, const std::string& what, int64_t lo,
-                  int64_t hi) {
-  return detail::int_in(o, key, "invalid " + what, lo, hi);
-}
-
-const nlohmann::json& object_field(const nlohmann::json& o, const char* key,
-                                   const std::string& what) {
-  if (!o.contains(key) || !o.at(key).is_object())
-    bad(what, fmt::format("'{}' must be an object", key));
-  return o.at(key);
-}
-
-const nlohmann::json& array_field(const nlohmann::json& o, const char* key,
-                                  const std::string& what) {
-  if (!o.contains(key) || !o.at(key).is_array())
-    bad(what, fmt::format("'{}' must be an array", key));
-  return o.at(key);
-}
-
-// A key the layout does not know is a typo, not something to ignore.
-void only_keys(const nlohmann::json& o, std::initializer_list<std::string_view> keys,
-               const std::string& what) {
-  for (const auto& [k, v] : o.items())
-    if (std::find(keys.begin(), keys.end(), k) == keys.end())
-      bad(what, fmt::format("unknown key '{}' (known: {})", k, fmt::join(keys, ", ")));
-}
-
-std::string string_field(const nlohmann::json& o, const char* key, const std::string& what) {
-  if (!o.contains(key) || !o.at(key).is_string())
-    bad(what, fmt::format("'{}' must be a string", key));
-  return o.at(key).get<std::string>();
+  sdk::fail(WT_ERR_INVALID_ARGUMENT, "invalid {}: {}", what, why);
 }
 
 // The names of one "parameters" entry: each "{}" takes the values of its range in turn, the last
@@ -161,148 +127,192 @@ std::vector<Held> holdings_of(const std::vector<int64_t>& shape, int shard_dim, 
   return h;
 }
 
-}  // namespace
-
-Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
-  if (!j.is_object()) bad(what, "the layout must be a JSON object");
-  only_keys(j, {"description", "parameters", "trainer", "inference"}, what);
-  Layout l;
-  const auto& trainer = object_field(j, "trainer", what);
-  const std::string tw = what + ", trainer";
-  only_keys(trainer, {"ranks", "holdings"}, tw);
-  l.trainer_ranks = static_cast<int>(int_field(trainer, "ranks", tw, 1, kMaxRanks));
-  std::vector<HoldingRule> holding_rules;
-  const auto& hr = array_field(trainer, "holdings", tw);
+// The trainer's "holdings": which trainer ranks hold what of each parameter, by name rule.
+std::vector<HoldingRule> read_holding_rules(sdk::FieldReader& trainer, const std::string& tw) {
+  const auto& hr = trainer.get_array("holdings");
   if (hr.size() > 1024) bad(tw, "more than 1024 holdings rules");
+  std::vector<HoldingRule> rules;
   for (std::size_t i = 0; i < hr.size(); ++i) {
     const std::string rw = fmt::format("{}, holdings[{}]", tw, i);
-    if (!hr[i].is_object()) bad(rw, "must be an object");
-    only_keys(hr[i], {"match", "shard_dim", "replicated"}, rw);
-    HoldingRule r{string_field(hr[i], "match", rw)};
-    const bool replicated = hr[i].contains("replicated") && hr[i].at("replicated") == true;
-    if (replicated == hr[i].contains("shard_dim"))
+    sdk::FieldReader r(hr[i], rw);
+    r.only({"match", "shard_dim", "replicated"});
+    HoldingRule rule{r.get_string("match")};
+    const bool replicated = r.has("replicated") && r.get_bool("replicated");
+    if (replicated == r.has("shard_dim"))
       bad(rw, "give either \"shard_dim\": d or \"replicated\": true");
-    if (!replicated)
-      r.shard_dim = static_cast<int>(int_field(hr[i], "shard_dim", rw, 0, kMaxDims - 1));
-    holding_rules.push_back(std::move(r));
+    if (!replicated) rule.shard_dim = static_cast<int>(r.get_int_in("shard_dim", 0, kMaxDims - 1));
+    rules.push_back(std::move(rule));
   }
+  return rules;
+}
 
-  const auto& inf = object_field(j, "inference", what);
-  const std::string iw = what + ", inference";
-  only_keys(inf, {"replicas", "tensor_parallel", "rules"}, iw);
-  l.inference.replicas = static_cast<int>(int_field(inf, "replicas", iw, 1, kMaxRanks));
-  l.inference.tensor_parallel = static_cast<int>(int_field(inf, "tensor_parallel", iw, 1, 1024));
+// The inference side's shape (into `l`) and its tensor-parallel rules.
+std::vector<TpRule> read_inference(sdk::FieldReader& inf, Layout& l, const std::string& iw) {
+  l.inference.replicas = static_cast<int>(inf.get_int_in("replicas", 1, kMaxRanks));
+  l.inference.tensor_parallel = static_cast<int>(inf.get_int_in("tensor_parallel", 1, 1024));
   if (int64_t{l.inference.replicas} * l.inference.tensor_parallel > kMaxRanks)
     bad(iw, fmt::format("more than {} worker ranks", kMaxRanks));
-  std::vector<TpRule> tp_rules;
-  if (inf.contains("rules")) {
-    const auto& tr = array_field(inf, "rules", iw);
-    if (tr.size() > 1024) bad(iw, "more than 1024 rules");
-    for (std::size_t i = 0; i < tr.size(); ++i) {
-      const std::string rw = fmt::format("{}, rules[{}]", iw, i);
-      if (!tr[i].is_object()) bad(rw, "must be an object");
-      only_keys(tr[i], {"match", "dim"}, rw);
-      tp_rules.push_back({string_field(tr[i], "match", rw),
-                          static_cast<int>(int_field(tr[i], "dim", rw, -1, kMaxDims - 1))});
+  std::vector<TpRule> rules;
+  if (!inf.has("rules")) return rules;
+  const auto& tr = inf.get_array("rules");
+  if (tr.size() > 1024) bad(iw, "more than 1024 rules");
+  for (std::size_t i = 0; i < tr.size(); ++i) {
+    sdk::FieldReader r(tr[i], fmt::format("{}, rules[{}]", iw, i));
+    r.only({"match", "dim"});
+    rules.push_back(
+        {r.get_string("match"), static_cast<int>(r.get_int_in("dim", -1, kMaxDims - 1))});
+  }
+  return rules;
+}
+
+// One "parameters" entry: its names expanded, its dtype and shape checked.
+struct ParamEntry {
+  std::vector<std::string> names;
+  DLDataType dtype{};
+  std::vector<int64_t> shape;
+};
+
+std::vector<std::pair<int64_t, int64_t>> read_ranges(sdk::FieldReader& e, const std::string& pw) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  if (!e.has("ranges")) return ranges;
+  for (const auto& r : e.get_array("ranges")) {
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
+        r[0].get<int64_t>() < 0 || r[1].get<int64_t>() <= r[0].get<int64_t>() ||
+        r[1].get<int64_t>() > (int64_t{1} << 31))
+      bad(pw, "each range must be [first, last + 1] with 0 <= first < last + 1 <= 2^31");
+    ranges.emplace_back(r[0].get<int64_t>(), r[1].get<int64_t>());
+  }
+  return ranges;
+}
+
+std::vector<int64_t> read_shape(sdk::FieldReader& e, const std::string& pw) {
+  const auto& sj = e.get_array("shape");
+  if (sj.size() > static_cast<std::size_t>(kMaxDims))
+    bad(pw, fmt::format("more than {} dims", kMaxDims));
+  std::vector<int64_t> shape;
+  uint64_t numel = 1;
+  for (const auto& d : sj) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (int64_t{1} << 40))
+      bad(pw, "every dimension of 'shape' must be an integer in 1..2^40");
+    shape.push_back(d.get<int64_t>());
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(shape.back()), &numel) ||
+        numel > (uint64_t{1} << 50))
+      bad(pw, "the shape has more than 2^50 elements");
+  }
+  return shape;
+}
+
+ParamEntry read_parameter_entry(const nlohmann::json& j, const std::string& pw) {
+  sdk::FieldReader e(j, pw);
+  e.only({"name", "ranges", "dtype", "shape"});
+  const std::string pattern = e.get_string("name");
+  if (pattern.empty() || pattern.size() > 512) bad(pw, "'name' must have 1 to 512 characters");
+  const auto ranges = read_ranges(e, pw);
+  ParamEntry p;
+  const std::string dtype_name = e.get_string("dtype");
+  const auto dtype = dtype_from_torch_name(dtype_name);
+  if (!dtype || element_size(*dtype) == 0)
+    bad(pw, fmt::format("dtype '{}' is not a dtype wt knows", dtype_name));
+  p.dtype = *dtype;
+  p.shape = read_shape(e, pw);
+  p.names = expand_names(pattern, ranges, pw);
+  return p;
+}
+
+// Puts each parameter in its group, within the bounds on names, glob steps and holdings.
+class Grouping {
+ public:
+  Grouping(Layout& l, std::vector<HoldingRule> holding, std::vector<TpRule> tp, std::string what)
+      : l_(l),
+        holding_(std::move(holding)),
+        tp_(std::move(tp)),
+        what_(std::move(what)),
+        tw_(what_ + ", trainer"),
+        iw_(what_ + ", inference") {}
+
+  void add(ParamEntry& p, const std::string& pw) {
+    for (const auto& name : p.names)
+      if (!seen_.insert(name).second) bad(pw, fmt::format("parameter '{}' is listed twice", name));
+    total_ += p.names.size();
+    if (total_ > kMaxParams) bad(what_, fmt::format("more than {} parameters", kMaxParams));
+    for (const auto& name : p.names) name_bytes_ += name.size();
+    if (name_bytes_ > kMaxNameBytes)
+      bad(what_, fmt::format("its names take more than {} MiB", kMaxNameBytes >> 20));
+    // Members of one entry that different rules pick go to different groups.
+    std::map<std::pair<std::size_t, int>, std::size_t> group_of;  // (holding rule, tp dim) -> group
+    for (auto& name : p.names) {
+      const std::size_t rule = holding_rule_of(name, p.shape.size());
+      const int tp_dim = tp_dim_of(name, p.shape.size());
+      auto [it, fresh] = group_of.try_emplace({rule, tp_dim}, l_.groups.size());
+      if (fresh)
+        l_.groups.push_back(
+            {{}, p.dtype, p.shape, holdings(holding_[rule].shard_dim, p.shape), tp_dim});
+      l_.groups[it->second].names.push_back(std::move(name));
     }
+  }
+  std::size_t total() const { return total_; }
+
+ private:
+  bool matches(const std::string& rule, const std::string& name) {
+    const bool m = glob_match(rule, name, &glob_steps_);
+    if (glob_steps_ > kMaxGlobSteps)
+      bad(what_, fmt::format("matching its parameter names against the holdings and inference "
+                             "rules takes more than {} steps (fewer or simpler '*' rules)",
+                             kMaxGlobSteps));
+    return m;
+  }
+  std::size_t holding_rule_of(const std::string& name, std::size_t dims) {
+    std::size_t rule = holding_.size();
+    for (std::size_t k = 0; k < holding_.size() && rule == holding_.size(); ++k)
+      if (matches(holding_[k].match, name)) rule = k;
+    if (rule == holding_.size())
+      bad(tw_, fmt::format("no holdings rule matches parameter '{}'", name));
+    const int shard_dim = holding_[rule].shard_dim;
+    if (shard_dim >= static_cast<int>(dims))
+      bad(fmt::format("{}, holdings[{}]", tw_, rule),
+          fmt::format("shard_dim {} is past the {} dims of '{}'", shard_dim, dims, name));
+    return rule;
+  }
+  int tp_dim_of(const std::string& name, std::size_t dims) {
+    int tp_dim = -1;
+    for (const auto& r : tp_)
+      if (matches(r.match, name)) {
+        tp_dim = r.dim;
+        break;
+      }
+    if (tp_dim >= static_cast<int>(dims))
+      bad(iw_,
+          fmt::format("the rule for '{}' splits dim {}, but it has {} dims", name, tp_dim, dims));
+    return tp_dim;
+  }
+  // The holdings of one (shard dim, shape) are shared by every group that has them.
+  std::shared_ptr<const std::vector<Held>> holdings(int shard_dim,
+                                                    const std::vector<int64_t>& shape) {
+    auto& h = shared_[{shard_dim, shape}];
+    if (!h) {
+      held_entries_ += static_cast<std::size_t>(l_.trainer_ranks);
+      if (held_entries_ > kMaxHeldEntries)
+        bad(what_, fmt::format("what its {} trainer ranks hold of its parameters' {} distinct "
+                               "shapes would take more than {} entries",
+                               l_.trainer_ranks, shared_.size(), kMaxHeldEntries));
+      h = std::make_shared<const std::vector<Held>>(
+          holdings_of(shape, shard_dim, l_.trainer_ranks));
+    }
+    return h;
   }
 
-  // Members of one entry that different rules pick go to different groups; the holdings of one
-  // (rule, shape) are shared.
-  std::map<std::tuple<int, std::vector<int64_t>>, std::shared_ptr<const std::vector<Held>>> shared;
-  std::size_t total = 0, name_bytes = 0, held_entries = 0;
-  uint64_t glob_steps = 0;
-  auto matches = [&](const std::string& rule, const std::string& name) {
-    const bool m = glob_match(rule, name, &glob_steps);
-    if (glob_steps > kMaxGlobSteps)
-      bad(what, fmt::format("matching its parameter names against the holdings and inference "
-                            "rules takes more than {} steps (fewer or simpler '*' rules)",
-                            kMaxGlobSteps));
-    return m;
-  };
-  std::unordered_set<std::string> seen;
-  const auto& params = array_field(j, "parameters", what);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const std::string pw = fmt::format("{}, parameters[{}]", what, i);
-    const auto& e = params[i];
-    if (!e.is_object()) bad(pw, "must be an object");
-    only_keys(e, {"name", "ranges", "dtype", "shape"}, pw);
-    const std::string pattern = string_field(e, "name", pw);
-    if (pattern.empty() || pattern.size() > 512) bad(pw, "'name' must have 1 to 512 characters");
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    if (e.contains("ranges")) {
-      for (const auto& r : array_field(e, "ranges", pw)) {
-        if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
-            !r[1].is_number_integer() || r[0].get<int64_t>() < 0 ||
-            r[1].get<int64_t>() <= r[0].get<int64_t>() || r[1].get<int64_t>() > (int64_t{1} << 31))
-          bad(pw, "each range must be [first, last + 1] with 0 <= first < last + 1 <= 2^31");
-        ranges.emplace_back(r[0].get<int64_t>(), r[1].get<int64_t>());
-      }
-    }
-    const std::string dtype_name = string_field(e, "dtype", pw);
-    const auto dtype = dtype_from_torch_name(dtype_name);
-    if (!dtype || element_size(*dtype) == 0)
-      bad(pw, fmt::format("dtype '{}' is not a dtype wt knows", dtype_name));
-    std::vector<int64_t> shape;
-    const auto& sj = array_field(e, "shape", pw);
-    if (sj.size() > static_cast<std::size_t>(kMaxDims))
-      bad(pw, fmt::format("more than {} dims", kMaxDims));
-    uint64_t numel = 1;
-    for (const auto& d : sj) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (int64_t{1} << 40))
-        bad(pw, "every dimension of 'shape' must be an integer in 1..2^40");
-      shape.push_back(d.get<int64_t>());
-      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(shape.back()), &numel) ||
-          numel > (uint64_t{1} << 50))
-        bad(pw, "the shape has more than 2^50 elements");
-    }
-    std::vector<std::string> names = expand_names(pattern, ranges, pw);
-    for (const auto& name : names)
-      if (!seen.insert(name).second) bad(pw, fmt::format("parameter '{}' is listed twice", name));
-    total += names.size();
-    if (total > kMaxParams) bad(what, fmt::format("more than {} parameters", kMaxParams));
-    for (const auto& name : names) name_bytes += name.size();
-    if (name_bytes > kMaxNameBytes)
-      bad(what, fmt::format("its names take more than {} MiB", kMaxNameBytes >> 20));
-    std::map<std::pair<std::size_t, int>, std::size_t> group_of;  // (holding rule, tp dim) -> group
-    for (auto& name : names) {
-      std::size_t rule = holding_rules.size();
-      for (std::size_t k = 0; k < holding_rules.size() && rule == holding_rules.size(); ++k)
-        if (matches(holding_rules[k].match, name)) rule = k;
-      if (rule == holding_rules.size())
-        bad(tw, fmt::format("no holdings rule matches parameter '{}'", name));
-      const int shard_dim = holding_rules[rule].shard_dim;
-      if (shard_dim >= static_cast<int>(shape.size()))
-        bad(fmt::format("{}, holdings[{}]", tw, rule),
-            fmt::format("shard_dim {} is past the {} dims of '{}'", shard_dim, shape.size(), name));
-      int tp_dim = -1;
-      for (const auto& r : tp_rules)
-        if (matches(r.match, name)) {
-          tp_dim = r.dim;
-          break;
-        }
-      if (tp_dim >= static_cast<int>(shape.size()))
-        bad(iw, fmt::format("the rule for '{}' splits dim {}, but it has {} dims", name, tp_dim,
-                            shape.size()));
-      auto [it, fresh] = group_of.try_emplace({rule, tp_dim}, l.groups.size());
-      if (fresh) {
-        auto& h = shared[{shard_dim, shape}];
-        if (!h) {
-          held_entries += static_cast<std::size_t>(l.trainer_ranks);
-          if (held_entries > kMaxHeldEntries)
-            bad(what, fmt::format("what its {} trainer ranks hold of its parameters' {} distinct "
-                                  "shapes would take more than {} entries",
-                                  l.trainer_ranks, shared.size(), kMaxHeldEntries));
-          h = std::make_shared<const std::vector<Held>>(
-              holdings_of(shape, shard_dim, l.trainer_ranks));
-        }
-        l.groups.push_back({{}, *dtype, shape, h, tp_dim});
-      }
-      l.groups[it->second].names.push_back(std::move(name));
-    }
-  }
-  if (total == 0) bad(what, "'parameters' lists none");
-  // Bounded so that what every worker receives in a round counts in 64 bits.
+  Layout& l_;
+  const std::vector<HoldingRule> holding_;
+  const std::vector<TpRule> tp_;
+  const std::string what_, tw_, iw_;
+  std::map<std::tuple<int, std::vector<int64_t>>, std::shared_ptr<const std::vector<Held>>> shared_;
+  std::unordered_set<std::string> seen_;
+  std::size_t total_ = 0, name_bytes_ = 0, held_entries_ = 0;
+  uint64_t glob_steps_ = 0;
+};
+
+// Bounded so that what every worker receives in a round counts in 64 bits.
+void check_model_bytes(const Layout& l, const std::string& what) {
   unsigned __int128 model = 0;  // a group is below 2^50 elements * 16 bytes * 2^22 members
   for (const ParamGroup& g : l.groups) {
     unsigned __int128 numel = 1;
@@ -311,6 +321,32 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
     if (model * static_cast<uint64_t>(l.inference.worker_ranks()) > (uint64_t{1} << 62))
       bad(what, "the model times the worker ranks is more than 2^62 bytes");
   }
+}
+
+}  // namespace
+
+Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
+  if (!j.is_object()) bad(what, "the layout must be a JSON object");
+  sdk::FieldReader top(j, what);
+  top.only({"description", "parameters", "trainer", "inference"});
+  Layout l;
+  const std::string tw = what + ", trainer", iw = what + ", inference";
+  auto trainer = top.get_object("trainer", tw);
+  trainer.only({"ranks", "holdings"});
+  l.trainer_ranks = static_cast<int>(trainer.get_int_in("ranks", 1, kMaxRanks));
+  auto holding_rules = read_holding_rules(trainer, tw);
+  auto inf = top.get_object("inference", iw);
+  inf.only({"replicas", "tensor_parallel", "rules"});
+  auto tp_rules = read_inference(inf, l, iw);
+  Grouping grouping(l, std::move(holding_rules), std::move(tp_rules), what);
+  const auto& params = top.get_array("parameters");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::string pw = fmt::format("{}, parameters[{}]", what, i);
+    ParamEntry p = read_parameter_entry(params[i], pw);
+    grouping.add(p, pw);
+  }
+  if (grouping.total() == 0) bad(what, "'parameters' lists none");
+  check_model_bytes(l, what);
   return l;
 }
 

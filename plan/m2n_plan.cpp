@@ -1,9 +1,8 @@
 #include "m2n_plan.hpp"
 
-#include "m2n_fields.hpp"
-
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
+#include <wt/sdk/json_fields.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,7 +18,7 @@ namespace wt::m2n {
 namespace {
 
 [[noreturn]] void bad(const std::string& what, const std::string& why) {
-  detail::refuse(what, why);
+  sdk::fail(WT_ERR_INVALID_ARGUMENT, "{}: {}", what, why);
 }
 
 // What one plan may hold: pieces, and holder entries over all of them (memory, and the size of the
@@ -59,6 +58,27 @@ void check_tp_divides(const std::vector<std::string>& names, const std::vector<i
                           named(names), tp_dim, shape[static_cast<std::size_t>(tp_dim)], tp));
 }
 
+// Counts `n` more holder entries in the plan, refusing past its bound.
+void count_listed(uint64_t& listed, std::size_t n, const ParamGroup& g, const char* why) {
+  listed += n;
+  if (listed > kMaxHolderEntries)
+    bad("cannot plan", fmt::format("the plan would list more than {} senders over its pieces "
+                                   "(at parameter {}){}",
+                                   kMaxHolderEntries, named(g.names), why));
+}
+
+// Where the holders of [nlo, nhi) along a dimension change: its ends and every slice end inside.
+std::vector<int64_t> cut_points(const std::vector<const Held*>& sliced, int64_t nlo, int64_t nhi) {
+  std::vector<int64_t> cuts{nlo, nhi};
+  for (const Held* h : sliced) {
+    if (h->lo > nlo && h->lo < nhi) cuts.push_back(h->lo);
+    if (h->hi > nlo && h->hi < nhi) cuts.push_back(h->hi);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  return cuts;
+}
+
 // The pieces of one group for tp rank t: the needed box split where the holdings change.
 std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t, uint64_t& listed) {
   const Box need = needed_box(g.shape, g.tp_dim, tp, t);
@@ -79,28 +99,17 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t, uint64_t& liste
                     "parameter must all run along one dimension",
                     named(g.names), fmt::join(dims, " and ")));
   std::vector<Piece> out;
+  std::sort(whole.begin(), whole.end());
   if (dims.empty()) {
     if (whole.empty())
       bad("cannot plan", fmt::format("no trainer rank holds parameter {}", named(g.names)));
-    std::sort(whole.begin(), whole.end());
-    listed += whole.size();
-    if (listed > kMaxHolderEntries)
-      bad("cannot plan", fmt::format("the plan would list more than {} senders over its pieces "
-                                     "(at parameter {})",
-                                     kMaxHolderEntries, named(g.names)));
+    count_listed(listed, whole.size(), g, "");
     out.push_back({t, need, whole, 0});
     return out;
   }
   const int dh = *dims.begin();
   const auto d = static_cast<std::size_t>(dh);
-  const int64_t nlo = need.lo[d], nhi = need.hi[d];
-  std::vector<int64_t> cuts{nlo, nhi};
-  for (const Held* h : sliced) {
-    if (h->lo > nlo && h->lo < nhi) cuts.push_back(h->lo);
-    if (h->hi > nlo && h->hi < nhi) cuts.push_back(h->hi);
-  }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  const std::vector<int64_t> cuts = cut_points(sliced, need.lo[d], need.hi[d]);
   // A sweep along dh: slices join the active set where they start and leave where they end, so
   // FSDP's disjoint shards cost O(ranks log ranks), not ranks squared.
   std::vector<const Held*> by_lo = sliced;
@@ -108,7 +117,6 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t, uint64_t& liste
   std::multiset<std::pair<int64_t, int>> ending;  // (hi, rank) of the active slices
   std::multiset<int> active;                      // their ranks
   std::size_t next = 0;
-  std::sort(whole.begin(), whole.end());
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
     const int64_t x = cuts[k], y = cuts[k + 1];
     for (; next < by_lo.size() && by_lo[next]->lo <= x; ++next) {
@@ -123,11 +131,7 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t, uint64_t& liste
     std::set_union(whole.begin(), whole.end(), active.begin(), active.end(),
                    std::back_inserter(holders));
     holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
-    listed += holders.size();
-    if (listed > kMaxHolderEntries)
-      bad("cannot plan", fmt::format("the plan would list more than {} senders over its pieces "
-                                     "(at parameter {}): too many ranks slicing too finely",
-                                     kMaxHolderEntries, named(g.names)));
+    count_listed(listed, holders.size(), g, ": too many ranks slicing too finely");
     if (holders.empty())
       bad("cannot plan", fmt::format("no trainer rank holds elements {}..{} of dim {} of "
                                      "parameter {} (needed by tensor-parallel rank {})",
@@ -236,7 +240,26 @@ Plan compute_plan(const Layout& layout) {
   return plan;
 }
 
-PlanStats plan_stats(const Plan& plan) {
+bool sent_as_fp8(const std::string& name, const std::vector<int64_t>& shape, DLDataType dtype) {
+  if (shape.size() < 2 || (dtype.code != kDLFloat && dtype.code != kDLBfloat) || dtype.bits < 16)
+    return false;
+  for (const char* keep : {"*embed*", "*lm_head*", "*norm*", "*.gate.weight", "*router*"})
+    if (glob_match(keep, name)) return false;
+  return true;
+}
+
+uint64_t fp8_piece_bytes(const Box& box) {
+  const std::size_t n = box.lo.size();
+  uint64_t blocks = 1;
+  for (std::size_t d = 0; d < n; ++d) {
+    const auto lo = static_cast<uint64_t>(box.lo[d]), hi = static_cast<uint64_t>(box.hi[d]);
+    // The last two dims are cut in blocks of 128 (of the whole tensor); the others count each.
+    blocks *= d + 2 >= n ? (hi + 127) / 128 - lo / 128 : hi - lo;
+  }
+  return volume(box) + 4 * blocks;
+}
+
+PlanStats plan_stats(const Plan& plan, WireDtype wire) {
   PlanStats s;
   s.trainer_bytes.assign(static_cast<std::size_t>(plan.trainer_ranks), 0);
   s.worker_bytes.assign(static_cast<std::size_t>(plan.inference.worker_ranks()), 0);
@@ -249,12 +272,19 @@ PlanStats plan_stats(const Plan& plan) {
     uint64_t numel = 1;
     for (int64_t d : g.shape) numel *= static_cast<uint64_t>(d);
     s.model_bytes += members * numel * element_size(g.dtype);
+    // Members sent as FP8, the rest as held; each kind's sends shared among the holders in turn.
+    uint64_t fp8 = 0;
+    if (wire == WireDtype::kBlockFp8)
+      for (const std::string& name : g.names) fp8 += sent_as_fp8(name, g.shape, g.dtype) ? 1 : 0;
     for (const Piece& p : g.pieces) {
-      const uint64_t bytes = piece_bytes(p, g.dtype);
-      shares(p, members * static_cast<uint64_t>(replicas), [&](int rank, uint64_t sends) {
-        s.trainer_bytes[static_cast<std::size_t>(rank)] += sends * bytes;
-      });
-      per_tp_rank[static_cast<std::size_t>(p.tp_rank)] += members * bytes;
+      for (auto [count, bytes] : {std::pair{members - fp8, piece_bytes(p, g.dtype)},
+                                  std::pair{fp8, fp8_piece_bytes(p.box)}}) {
+        if (count == 0) continue;
+        shares(p, count * static_cast<uint64_t>(replicas), [&](int rank, uint64_t sends) {
+          s.trainer_bytes[static_cast<std::size_t>(rank)] += sends * bytes;
+        });
+        per_tp_rank[static_cast<std::size_t>(p.tp_rank)] += count * bytes;
+      }
       s.pieces += members * static_cast<uint64_t>(replicas);
     }
   }
@@ -295,11 +325,6 @@ std::string plan_digest(const Plan& plan) {
 
 namespace {
 
-int64_t get_int(const nlohmann::json& o, const char* key, const std::string& what, int64_t lo,
-                int64_t hi) {
-  return detail::int_in(o, key, what, lo, hi);
-}
-
 std::vector<int64_t> get_ints(const nlohmann::json& o, const char* key, const std::string& what,
                               std::size_t size, int64_t lo, int64_t hi) {
   if (!o.contains(key) || !o.at(key).is_array() || o.at(key).size() != size)
@@ -313,130 +338,162 @@ std::vector<int64_t> get_ints(const nlohmann::json& o, const char* key, const st
   return v;
 }
 
+// A group's names, each a parameter no other group covers.
+std::vector<std::string> read_group_names(const nlohmann::json& gj, const std::string& gw,
+                                          std::unordered_set<std::string>& seen) {
+  if (!gj.is_object() || !gj.contains("names") || !gj.at("names").is_array() ||
+      gj.at("names").empty())
+    bad(gw, "'names' must be a non-empty array of strings");
+  std::vector<std::string> names;
+  for (const auto& n : gj.at("names")) {
+    if (!n.is_string() || n.get<std::string>().empty()) bad(gw, "every name must be a string");
+    if (!seen.insert(n.get<std::string>()).second)
+      bad(gw, fmt::format("parameter '{}' is covered twice: it appears in two groups",
+                          n.get<std::string>()));
+    names.push_back(n.get<std::string>());
+  }
+  return names;
+}
+
+// A group's dtype and shape, its elements bounded at every step (8 factors of 2^40 would wrap
+// even 128 bits); returns its element count.
+unsigned __int128 read_group_type(const nlohmann::json& gj, const std::string& gw, GroupPlan& g) {
+  if (!gj.contains("dtype") || !gj.at("dtype").is_string() ||
+      !dtype_from_torch_name(gj.at("dtype").get<std::string>()))
+    bad(gw, "'dtype' must name a dtype wt knows");
+  g.dtype = *dtype_from_torch_name(gj.at("dtype").get<std::string>());
+  if (!gj.contains("shape") || !gj.at("shape").is_array() || gj.at("shape").size() > 8)
+    bad(gw, "'shape' must be an array of at most 8 integers");
+  g.shape = get_ints(gj, "shape", gw, gj.at("shape").size(), 1, int64_t{1} << 40);
+  unsigned __int128 numel = 1;
+  for (int64_t d : g.shape) {
+    numel *= static_cast<uint64_t>(d);
+    if (numel > (uint64_t{1} << 50)) bad(gw, "the shape has more than 2^50 elements");
+  }
+  return numel;
+}
+
+Piece read_piece(const nlohmann::json& pj, const std::string& pw, const GroupPlan& g, int tp,
+                 int trainer_ranks) {
+  sdk::FieldReader r(pj, pw);
+  Piece p;
+  p.tp_rank = static_cast<int>(r.get_int_in("tp", 0, tp - 1));
+  p.box.lo = get_ints(pj, "lo", pw, g.shape.size(), 0, int64_t{1} << 40);
+  p.box.hi = get_ints(pj, "hi", pw, g.shape.size(), 0, int64_t{1} << 40);
+  if (!pj.contains("holders") || !pj.at("holders").is_array() || pj.at("holders").empty() ||
+      pj.at("holders").size() > static_cast<std::size_t>(trainer_ranks))
+    bad(pw, "'holders' must list 1 to trainer_ranks ranks");
+  for (int64_t h : get_ints(pj, "holders", pw, pj.at("holders").size(), 0, trainer_ranks - 1)) {
+    if (!p.holders.empty() && h <= p.holders.back())
+      bad(pw, "'holders' must be ascending, without repeats");
+    p.holders.push_back(static_cast<int>(h));
+  }
+  p.first = r.get_int_in("first", 0, static_cast<int64_t>(p.holders.size()) - 1);
+  if (!inside(p.box, needed_box(g.shape, g.tp_dim, tp, p.tp_rank)))
+    bad(pw, fmt::format("the piece of parameter {} is empty or outside what tensor-parallel "
+                        "rank {} needs",
+                        named(g.names), p.tp_rank));
+  return p;
+}
+
+// Exactly once, in O(P log P): the pieces of tp rank t are slices of its needed box along one
+// dimension (as compute_plan cuts them), which laid end to end run from its start to its end.
+void check_covered_once(const GroupPlan& g, int t, std::vector<const Piece*>& of, int tp,
+                        const std::string& gw) {
+  const Box need = needed_box(g.shape, g.tp_dim, tp, t);
+  if (of.empty())
+    bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: no piece",
+                        named(g.names), t));
+  // The one dimension along which the pieces differ from the box (any, for a single piece).
+  int cut = -1;
+  for (const Piece* p : of)
+    for (std::size_t d = 0; d < need.lo.size(); ++d)
+      if (p->box.lo[d] != need.lo[d] || p->box.hi[d] != need.hi[d]) {
+        if (cut >= 0 && cut != static_cast<int>(d))
+          bad(gw, fmt::format("the pieces of parameter {} for tensor-parallel rank {} are not "
+                              "slices along one dimension (dims {} and {} differ)",
+                              named(g.names), t, cut, d));
+        cut = static_cast<int>(d);
+      }
+  const auto overlap = [&] {
+    bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: pieces overlap",
+                        named(g.names), t));
+  };
+  if (cut < 0) {
+    if (of.size() > 1) overlap();
+    return;
+  }
+  const auto d = static_cast<std::size_t>(cut);
+  std::sort(of.begin(), of.end(),
+            [d](const Piece* a, const Piece* b) { return a->box.lo[d] < b->box.lo[d]; });
+  const auto gap = [&](int64_t from, int64_t to) {
+    bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: elements "
+                        "{}..{} of dim {} are in no piece",
+                        named(g.names), t, from, to, d));
+  };
+  int64_t at = need.lo[d];
+  for (const Piece* p : of) {
+    if (p->box.lo[d] < at) overlap();
+    if (p->box.lo[d] > at) gap(at, p->box.lo[d]);
+    at = p->box.hi[d];
+  }
+  if (at != need.hi[d]) gap(at, need.hi[d]);
+}
+
+// Reads a plan's groups in turn, within the bounds on the model's bytes and the plan's pieces.
+class GroupsReader {
+ public:
+  GroupsReader(const Plan& plan, std::string what) : plan_(plan), what_(std::move(what)) {}
+
+  GroupPlan read(const nlohmann::json& gj, const std::string& gw) {
+    const int tp = plan_.inference.tensor_parallel;
+    GroupPlan g;
+    g.names = read_group_names(gj, gw, seen_);
+    const unsigned __int128 numel = read_group_type(gj, gw, g);
+    model_ += numel * element_size(g.dtype) * g.names.size();
+    if (model_ * static_cast<uint64_t>(plan_.inference.worker_ranks()) > (uint64_t{1} << 62))
+      bad(what_, "the model times the worker ranks is more than 2^62 bytes");
+    g.tp_dim = static_cast<int>(sdk::FieldReader(gj, gw).get_int_in("tp_dim", -1, 7));
+    check_tp_divides(g.names, g.shape, g.tp_dim, tp, gw);
+    if (!gj.contains("pieces") || !gj.at("pieces").is_array()) bad(gw, "'pieces' must be an array");
+    pieces_ += gj.at("pieces").size();
+    if (pieces_ > kMaxPieces) bad(what_, fmt::format("more than {} pieces", kMaxPieces));
+    for (std::size_t pi = 0; pi < gj.at("pieces").size(); ++pi)
+      g.pieces.push_back(read_piece(gj.at("pieces")[pi], fmt::format("{}, pieces[{}]", gw, pi), g,
+                                    tp, plan_.trainer_ranks));
+    std::vector<std::vector<const Piece*>> by_tp(static_cast<std::size_t>(tp));
+    for (const Piece& p : g.pieces) by_tp[static_cast<std::size_t>(p.tp_rank)].push_back(&p);
+    for (int t = 0; t < tp; ++t)
+      check_covered_once(g, t, by_tp[static_cast<std::size_t>(t)], tp, gw);
+    return g;
+  }
+
+ private:
+  const Plan& plan_;
+  const std::string what_;
+  std::unordered_set<std::string> seen_;
+  unsigned __int128 model_ = 0;
+  uint64_t pieces_ = 0;
+};
+
 }  // namespace
 
 Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
   if (!j.is_object()) bad(what, "the plan must be a JSON object");
-  if (get_int(j, "version", what, 1, 1000) != 1)
+  // Lenient about keys it does not read (the plan is versioned), strict about those it does.
+  sdk::FieldReader r(j, what);
+  if (r.get_int_in("version", 1, 1000) != 1)
     bad(what, "plan version is not 1: this worker is older than the trainer's plan");
   Plan plan;
-  plan.trainer_ranks = static_cast<int>(get_int(j, "trainer_ranks", what, 1, 1 << 16));
-  plan.inference.replicas = static_cast<int>(get_int(j, "replicas", what, 1, 1 << 16));
-  plan.inference.tensor_parallel = static_cast<int>(get_int(j, "tensor_parallel", what, 1, 1024));
-  const int tp = plan.inference.tensor_parallel;
-  if (!j.contains("groups") || !j.at("groups").is_array()) bad(what, "'groups' must be an array");
+  plan.trainer_ranks = static_cast<int>(r.get_int_in("trainer_ranks", 1, 1 << 16));
+  plan.inference.replicas = static_cast<int>(r.get_int_in("replicas", 1, 1 << 16));
+  plan.inference.tensor_parallel = static_cast<int>(r.get_int_in("tensor_parallel", 1, 1024));
+  const auto& groups = r.get_array("groups");
   if (int64_t{plan.inference.replicas} * plan.inference.tensor_parallel > (1 << 16))
     bad(what, "more than 65536 worker ranks");
-  std::unordered_set<std::string> seen;
-  unsigned __int128 model = 0;
-  uint64_t pieces = 0;
-  for (std::size_t gi = 0; gi < j.at("groups").size(); ++gi) {
-    const auto& gj = j.at("groups")[gi];
-    const std::string gw = fmt::format("{}, groups[{}]", what, gi);
-    if (!gj.is_object() || !gj.contains("names") || !gj.at("names").is_array() ||
-        gj.at("names").empty())
-      bad(gw, "'names' must be a non-empty array of strings");
-    GroupPlan g;
-    for (const auto& n : gj.at("names")) {
-      if (!n.is_string() || n.get<std::string>().empty()) bad(gw, "every name must be a string");
-      if (!seen.insert(n.get<std::string>()).second)
-        bad(gw, fmt::format("parameter '{}' is covered twice: it appears in two groups",
-                            n.get<std::string>()));
-      g.names.push_back(n.get<std::string>());
-    }
-    if (!gj.contains("dtype") || !gj.at("dtype").is_string() ||
-        !dtype_from_torch_name(gj.at("dtype").get<std::string>()))
-      bad(gw, "'dtype' must name a dtype wt knows");
-    g.dtype = *dtype_from_torch_name(gj.at("dtype").get<std::string>());
-    if (!gj.contains("shape") || !gj.at("shape").is_array() || gj.at("shape").size() > 8)
-      bad(gw, "'shape' must be an array of at most 8 integers");
-    g.shape = get_ints(gj, "shape", gw, gj.at("shape").size(), 1, int64_t{1} << 40);
-    unsigned __int128 numel = 1;
-    for (int64_t d : g.shape) {  // bounded at every step: 8 factors of 2^40 would wrap even this
-      numel *= static_cast<uint64_t>(d);
-      if (numel > (uint64_t{1} << 50)) bad(gw, "the shape has more than 2^50 elements");
-    }
-    model += numel * element_size(g.dtype) * g.names.size();
-    if (model * static_cast<uint64_t>(plan.inference.worker_ranks()) > (uint64_t{1} << 62))
-      bad(what, "the model times the worker ranks is more than 2^62 bytes");
-    g.tp_dim = static_cast<int>(get_int(gj, "tp_dim", gw, -1, 7));
-    check_tp_divides(g.names, g.shape, g.tp_dim, tp, gw);
-    if (!gj.contains("pieces") || !gj.at("pieces").is_array()) bad(gw, "'pieces' must be an array");
-    pieces += gj.at("pieces").size();
-    if (pieces > kMaxPieces) bad(what, fmt::format("more than {} pieces", kMaxPieces));
-    for (std::size_t pi = 0; pi < gj.at("pieces").size(); ++pi) {
-      const auto& pj = gj.at("pieces")[pi];
-      const std::string pw = fmt::format("{}, pieces[{}]", gw, pi);
-      Piece p;
-      p.tp_rank = static_cast<int>(get_int(pj, "tp", pw, 0, tp - 1));
-      p.box.lo = get_ints(pj, "lo", pw, g.shape.size(), 0, int64_t{1} << 40);
-      p.box.hi = get_ints(pj, "hi", pw, g.shape.size(), 0, int64_t{1} << 40);
-      if (!pj.contains("holders") || !pj.at("holders").is_array() || pj.at("holders").empty() ||
-          pj.at("holders").size() > static_cast<std::size_t>(plan.trainer_ranks))
-        bad(pw, "'holders' must list 1 to trainer_ranks ranks");
-      for (int64_t h :
-           get_ints(pj, "holders", pw, pj.at("holders").size(), 0, plan.trainer_ranks - 1)) {
-        if (!p.holders.empty() && h <= p.holders.back())
-          bad(pw, "'holders' must be ascending, without repeats");
-        p.holders.push_back(static_cast<int>(h));
-      }
-      p.first = get_int(pj, "first", pw, 0, static_cast<int64_t>(p.holders.size()) - 1);
-      if (!inside(p.box, needed_box(g.shape, g.tp_dim, tp, p.tp_rank)))
-        bad(pw, fmt::format("the piece of parameter {} is empty or outside what tensor-parallel "
-                            "rank {} needs",
-                            named(g.names), p.tp_rank));
-      g.pieces.push_back(std::move(p));
-    }
-    // Exactly once, in O(P log P): the pieces of a tp rank are slices of its needed box along one
-    // dimension (as compute_plan cuts them), which laid end to end run from its start to its end.
-    std::vector<std::vector<const Piece*>> by_tp(static_cast<std::size_t>(tp));
-    for (const Piece& p : g.pieces) by_tp[static_cast<std::size_t>(p.tp_rank)].push_back(&p);
-    for (int t = 0; t < tp; ++t) {
-      const Box need = needed_box(g.shape, g.tp_dim, tp, t);
-      auto& of = by_tp[static_cast<std::size_t>(t)];
-      if (of.empty())
-        bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: no piece",
-                            named(g.names), t));
-      // The one dimension along which the pieces differ from the box (any, for a single piece).
-      int cut = -1;
-      for (const Piece* p : of)
-        for (std::size_t d = 0; d < need.lo.size(); ++d)
-          if (p->box.lo[d] != need.lo[d] || p->box.hi[d] != need.hi[d]) {
-            if (cut >= 0 && cut != static_cast<int>(d))
-              bad(gw, fmt::format("the pieces of parameter {} for tensor-parallel rank {} are not "
-                                  "slices along one dimension (dims {} and {} differ)",
-                                  named(g.names), t, cut, d));
-            cut = static_cast<int>(d);
-          }
-      if (cut < 0) {
-        if (of.size() > 1)
-          bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: pieces "
-                              "overlap",
-                              named(g.names), t));
-        continue;
-      }
-      const auto d = static_cast<std::size_t>(cut);
-      std::sort(of.begin(), of.end(),
-                [d](const Piece* a, const Piece* b) { return a->box.lo[d] < b->box.lo[d]; });
-      int64_t at = need.lo[d];
-      for (const Piece* p : of) {
-        if (p->box.lo[d] < at)
-          bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: pieces "
-                              "overlap",
-                              named(g.names), t));
-        if (p->box.lo[d] > at)
-          bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: elements "
-                              "{}..{} of dim {} are in no piece",
-                              named(g.names), t, at, p->box.lo[d], d));
-        at = p->box.hi[d];
-      }
-      if (at != need.hi[d])
-        bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: elements "
-                            "{}..{} of dim {} are in no piece",
-                            named(g.names), t, at, need.hi[d], d));
-    }
-    plan.groups.push_back(std::move(g));
-  }
+  GroupsReader reader(plan, what);
+  for (std::size_t gi = 0; gi < groups.size(); ++gi)
+    plan.groups.push_back(reader.read(groups[gi], fmt::format("{}, groups[{}]", what, gi)));
   return plan;
 }
 

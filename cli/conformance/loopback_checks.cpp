@@ -837,6 +837,95 @@ void check_recovery(Context& ctx, std::string& detail) {
                        seconds(Clock::now() - start));
 }
 
+namespace {
+
+using SendResult = std::pair<wt_status, std::string>;
+
+// abort-receive's round. Everything the sending thread uses, owned with it: a send_weights that
+// never returns keeps it alive instead of reading freed memory.
+struct HeldReceiveRound {
+  std::unique_ptr<Loopback::Trainer> trainer;
+  std::unique_ptr<HeldSource> source;
+  std::promise<SendResult> done;
+};
+
+void send_held_receive_round(const std::shared_ptr<HeldReceiveRound>& round) {
+  std::thread([round]() {
+    SendOptions o;
+    o.weight_version = "conformance-abort-receive";
+    try {
+      round->trainer->engine->send_weights(o);
+      round->done.set_value({WT_OK, ""});
+    } catch (const Error& e) {
+      round->done.set_value({e.code(), e.what()});
+    }
+  }).detach();
+}
+
+// Ends the round on both sides; a send_weights still blocked after the abort poisons the loopback
+// (its thread may still read the checkpoint).
+void end_held_receive_round(Loopback& lb, HeldReceiveRound& round,
+                            std::future<SendResult>& result) {
+  round.source->release();
+  round.trainer->engine->abort();
+  if (result.wait_for(kAbortDeadline) != std::future_status::ready) {
+    lb.poisoned = true;
+    return;
+  }
+  round.trainer.reset();
+  HttpClient(lb.url).end_weight_update("wt conformance: the abort-receive check ended this round");
+}
+
+// Waits until the receive has been outstanding for a while (true), or until it is clear the backend
+// makes its update call only once the data is all there (the source held, no call for 1 s).
+bool receive_blocked(HarnessClient& client, HeldSource& source, std::future<SendResult>& result) {
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  auto held_since = Clock::time_point::max();
+  while (Clock::now() < give_up) {
+    if (result.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) break;
+    const bool in_flight = client.updates_in_flight() > 0;
+    if (in_flight && Clock::now() - client.last_update_change() > std::chrono::milliseconds(500))
+      return true;
+    if (in_flight || !source.holding()) {
+      held_since = Clock::time_point::max();
+      continue;
+    }
+    if (held_since == Clock::time_point::max()) held_since = Clock::now();
+    if (Clock::now() - held_since > std::chrono::seconds(1)) break;
+  }
+  return false;
+}
+
+struct AbortedReceive {
+  bool returned = false;  // within kAbortDeadline
+  Clock::duration took{};
+};
+
+// The inference side aborts the round: wt serve's /end_weight_update calls the worker's abort()
+// while its receive is blocked.
+AbortedReceive abort_receive_from_inference_side(const std::string& url, HarnessClient& client) {
+  AbortedReceive a;
+  const auto t0 = Clock::now();
+  std::thread ender([url] {
+    try {
+      HttpClient(url).end_weight_update("wt conformance: aborting a blocked receive");
+    } catch (...) {
+    }
+  });
+  while (Clock::now() - t0 < kAbortDeadline) {
+    if (client.updates_in_flight() == 0) {
+      a.returned = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  a.took = Clock::now() - t0;
+  ender.join();
+  return a;
+}
+
+}  // namespace
+
 void check_abort_receive(Context& ctx, std::string& detail) {
   Loopback& lb = loopback(ctx);
   if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
@@ -848,94 +937,33 @@ void check_abort_receive(Context& ctx, std::string& detail) {
   }
   // The trainer's round is started with a source that holds its second tensor back: a backend
   // that streams has its update call (the worker's receive) outstanding and waiting for bytes.
-  struct Round {
-    std::unique_ptr<Loopback::Trainer> trainer;
-    std::unique_ptr<HeldSource> source;
-    std::promise<std::pair<wt_status, std::string>> done;
-  };
-  auto round = std::make_shared<Round>();
+  auto round = std::make_shared<HeldReceiveRound>();
   round->source = std::make_unique<HeldSource>(*lb.checkpoint);
   round->trainer = lb.trainer(ctx, round->source.get());
   auto result = round->done.get_future();
-  std::thread([round]() {
-    SendOptions o;
-    o.weight_version = "conformance-abort-receive";
-    try {
-      round->trainer->engine->send_weights(o);
-      round->done.set_value({WT_OK, ""});
-    } catch (const Error& e) {
-      round->done.set_value({e.code(), e.what()});
-    }
-  }).detach();
+  send_held_receive_round(round);
   HarnessClient& client = *round->trainer->client;
-  auto finish_round = [&] {
-    round->source->release();
-    round->trainer->engine->abort();
-    if (result.wait_for(kAbortDeadline) != std::future_status::ready) {
-      lb.poisoned = true;
-      return;
-    }
-    round->trainer.reset();
-    HttpClient(lb.url).end_weight_update(
-        "wt conformance: the abort-receive check ended this round");
-  };
-  // Wait until the receive has been outstanding for a while, or until it is clear the backend
-  // makes its update call only once the data is all there (the source held, no call for 1 s).
-  const auto give_up = Clock::now() + std::chrono::seconds(10);
-  auto held_since = Clock::time_point::max();
-  bool blocked = false;
-  while (Clock::now() < give_up) {
-    if (result.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) break;
-    const bool in_flight = client.updates_in_flight() > 0;
-    if (in_flight && Clock::now() - client.last_update_change() > std::chrono::milliseconds(500)) {
-      blocked = true;
-      break;
-    }
-    if (in_flight || !round->source->holding()) {
-      held_since = Clock::time_point::max();
-      continue;
-    }
-    if (held_since == Clock::time_point::max()) held_since = Clock::now();
-    if (Clock::now() - held_since > std::chrono::seconds(1)) break;
-  }
-  if (!blocked) {
+  if (!receive_blocked(client, *round->source, result)) {
     const bool held = round->source->holding();
-    finish_round();
+    end_held_receive_round(lb, *round, result);
     if (!held) fail("the round ended before its source was held back");
     detail =
         "the backend calls update_weights only once its data is produced: its receive never "
         "waits on the trainer (nothing to abort)";
     return;
   }
-  // The inference side aborts the round: wt serve's /end_weight_update calls the worker's
-  // abort() while its receive is blocked.
-  const auto t0 = Clock::now();
-  std::thread ender([url = lb.url] {
-    try {
-      HttpClient(url).end_weight_update("wt conformance: aborting a blocked receive");
-    } catch (...) {
-    }
-  });
-  bool returned = false;
-  while (Clock::now() - t0 < kAbortDeadline) {
-    if (client.updates_in_flight() == 0) {
-      returned = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  const auto took = Clock::now() - t0;
-  ender.join();
-  finish_round();
-  if (!returned)
+  const AbortedReceive aborted = abort_receive_from_inference_side(lb.url, client);
+  end_held_receive_round(lb, *round, result);
+  if (!aborted.returned)
     fail(
         "the worker's receive was still blocked {} s after the inference side aborted it "
         "(worker abort() from another thread must end every wait of receive)",
         kAbortDeadline.count());
   if (!lb.verified.empty())
     if (auto d = lb.differences(lb.verified); !d.empty()) fail("after the aborted receive, {}", d);
-  detail = fmt::format("the worker's blocked receive returned {} after its abort(){}",
-                       seconds(took), lb.verified.empty() ? "" : "; its weights are unchanged");
+  detail =
+      fmt::format("the worker's blocked receive returned {} after its abort(){}",
+                  seconds(aborted.took), lb.verified.empty() ? "" : "; its weights are unchanged");
 }
 
 // peer-killed's second half: a worker (in a third `wt serve`) whose trainer, a process of its own,
@@ -1000,6 +1028,67 @@ std::string worker_whose_trainer_dies(Context& ctx, Loopback& lb) {
                      error);
 }
 
+namespace {
+
+// peer-killed's round. Everything the sending thread uses, owned with it: a send_weights that
+// never returns keeps it alive instead of reading freed memory.
+struct PeerKilledRound {
+  std::unique_ptr<Loopback::Trainer> trainer;
+  std::unique_ptr<HeldSource> source;
+  std::vector<Delta> deltas;
+  SendOptions options;
+  std::promise<SendResult> done;
+};
+
+// A round to the worker at `url`, its trainer's calls bounded by `deadline`: a delta round of
+// patches, or a dense one whose source holds its second tensor back.
+std::shared_ptr<PeerKilledRound> peer_killed_round(Context& ctx, Loopback& lb,
+                                                   const std::string& url,
+                                                   std::chrono::seconds deadline) {
+  auto round = std::make_shared<PeerKilledRound>();
+  auto before = lb.previous;
+  if (lb.sparse) {
+    round->trainer = lb.trainer(ctx, nullptr, url, deadline);
+    round->options = lb.next_round(round->deltas);  // patches: nothing to hold back
+  } else {
+    round->source = std::make_unique<HeldSource>(*lb.checkpoint);
+    round->trainer = lb.trainer(ctx, round->source.get(), url, deadline);
+    round->options.weight_version = "conformance-peer-killed";
+  }
+  lb.previous = std::move(before);  // the loopback's worker saw none of this
+  return round;
+}
+
+void send_peer_killed_round(const std::shared_ptr<PeerKilledRound>& round) {
+  std::thread([round] {
+    try {
+      round->trainer->engine->send_weights(round->options);
+      round->done.set_value({WT_OK, ""});
+    } catch (const Error& e) {
+      round->done.set_value({e.code(), e.what()});
+    }
+  }).detach();
+}
+
+// Waits (up to 10 s) until the round is under way for a moment: the update call outstanding, or
+// the source held back. True when the round ended first.
+bool ended_before_under_way(HarnessClient& client, PeerKilledRound& round,
+                            std::future<SendResult>& result) {
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  auto under_way_since = Clock::time_point::max();
+  while (Clock::now() < give_up) {
+    if (result.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) return true;
+    const bool under_way =
+        client.updates_in_flight() > 0 || (round.source && round.source->holding());
+    if (!under_way) continue;
+    if (under_way_since == Clock::time_point::max()) under_way_since = Clock::now();
+    if (Clock::now() - under_way_since > std::chrono::milliseconds(300)) break;
+  }
+  return false;
+}
+
+}  // namespace
+
 void check_peer_killed(Context& ctx, std::string& detail) {
   Loopback& lb = loopback(ctx);
   if (lb.poisoned) throw Skipped("the abort check left a send_weights blocked");
@@ -1007,50 +1096,12 @@ void check_peer_killed(Context& ctx, std::string& detail) {
   // the trainer is given kPeerDeadline for its calls and must fail within it, naming the worker.
   constexpr auto kPeerDeadline = std::chrono::seconds(5);
   auto [server, url] = another_worker(ctx, lb, "a second worker");
-  struct Round {
-    std::unique_ptr<Loopback::Trainer> trainer;
-    std::unique_ptr<HeldSource> source;
-    std::vector<Delta> deltas;
-    SendOptions options;
-    std::promise<std::pair<wt_status, std::string>> done;
-  };
-  auto round = std::make_shared<Round>();
-  auto before = lb.previous;
-  if (lb.sparse) {
-    round->trainer = lb.trainer(ctx, nullptr, url, kPeerDeadline);
-    round->options = lb.next_round(round->deltas);  // patches: nothing to hold back
-  } else {
-    round->source = std::make_unique<HeldSource>(*lb.checkpoint);
-    round->trainer = lb.trainer(ctx, round->source.get(), url, kPeerDeadline);
-    round->options.weight_version = "conformance-peer-killed";
-  }
-  lb.previous = std::move(before);  // the loopback's worker saw none of this
+  auto round = peer_killed_round(ctx, lb, url, kPeerDeadline);
   auto result = round->done.get_future();
-  auto send = [round] {
-    try {
-      round->trainer->engine->send_weights(round->options);
-      round->done.set_value({WT_OK, ""});
-    } catch (const Error& e) {
-      round->done.set_value({e.code(), e.what()});
-    }
-  };
-  std::thread(send).detach();
+  send_peer_killed_round(round);
   HarnessClient& client = *round->trainer->client;
   // Mid-round: the update call outstanding, or the source held back, for a moment.
-  const auto give_up = Clock::now() + std::chrono::seconds(10);
-  auto under_way_since = Clock::time_point::max();
-  bool ended_first = false;
-  while (Clock::now() < give_up) {
-    if (result.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) {
-      ended_first = true;
-      break;
-    }
-    const bool under_way =
-        client.updates_in_flight() > 0 || (round->source && round->source->holding());
-    if (!under_way) continue;
-    if (under_way_since == Clock::time_point::max()) under_way_since = Clock::now();
-    if (Clock::now() - under_way_since > std::chrono::milliseconds(300)) break;
-  }
+  const bool ended_first = ended_before_under_way(client, *round, result);
   server->drain();
   const pid_t pid = server->pid();
   const auto t0 = Clock::now();
@@ -1064,7 +1115,7 @@ void check_peer_killed(Context& ctx, std::string& detail) {
     what = "between rounds";
     round->done = {};
     result = round->done.get_future();
-    std::thread(send).detach();
+    send_peer_killed_round(round);
   }
   if (round->source) round->source->release();
   if (result.wait_for(kPeerDeadline + std::chrono::seconds(3)) != std::future_status::ready) {

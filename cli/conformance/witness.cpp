@@ -76,6 +76,108 @@ WitnessCaps probe_plugin(const Options& o, SteadyClock::time_point deadline) {
   return {has("trainer"), has("worker"), has("host"), has("sparse")};
 }
 
+// The arguments of the witness's `wt serve` on the plugin file: the checks' worker options, and
+// for a delta backend the base checkpoint it starts from.
+std::vector<std::string> worker_args(const Options& o, const WitnessCaps& caps,
+                                     const std::string& model) {
+  std::vector<std::string> args{"--plugin", o.path};
+  if (!o.worker_options.empty()) {
+    nlohmann::json cfg = o.worker_options;
+    cfg["backend"] = backend_of_plugin_file(o.path);
+    args.insert(args.end(), {"--weight-transfer-config", cfg.dump()});
+  }
+  if (caps.sparse) args.insert(args.end(), {"--load-checkpoint", model});
+  return args;
+}
+
+// Starts the worker side; its URL is the banner's, which the plugin in that process could print
+// first: only this host's loopback is called.
+std::pair<std::unique_ptr<Child>, std::string> start_witness_worker(
+    const Options& o, const std::vector<std::string>& args) {
+  std::unique_ptr<Child> server;
+  std::string url;
+  try {
+    std::tie(server, url) = start_server(o.wt_program, args);
+  } catch (const std::exception& e) {
+    fail("the worker side (wt serve --plugin {}) did not start: {}", o.path, last_chars(e.what()));
+  }
+  if (url.rfind("http://127.0.0.1:", 0) != 0)
+    fail("the worker side announced {}, not an address on 127.0.0.1", last_chars(url, 80));
+  return {std::move(server), std::move(url)};
+}
+
+// Reads a child's output while the round runs (a chatty worker must not block on a full pipe),
+// until destroyed.
+class OutputDrainer {
+ public:
+  explicit OutputDrainer(Child& child)
+      : thread_([this, c = &child] {
+          while (!done_.load()) {
+            c->drain();
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        }) {}
+  ~OutputDrainer() {
+    done_ = true;
+    thread_.join();
+  }
+  OutputDrainer(const OutputDrainer&) = delete;
+  OutputDrainer& operator=(const OutputDrainer&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// A client of the worker whose every call is bounded by what is left of the check's deadline.
+HttpClient client_until(const std::string& url, SteadyClock::time_point deadline) {
+  HttpClient::Options h;
+  h.timeout = std::max(
+      std::chrono::milliseconds(1000),
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()));
+  return HttpClient(url, h);
+}
+
+std::vector<std::string> trainer_argv(const Options& o, const std::string& url, int world,
+                                      uint32_t seed, const std::vector<std::string>& files) {
+  std::vector<std::string> argv{o.wt_program,
+                                "conformance",
+                                o.path,
+                                "--witness-for",
+                                url,
+                                "--witness-world-size",
+                                std::to_string(world),
+                                "--witness-seed",
+                                std::to_string(seed),
+                                "--init-info",
+                                o.init_info.dump()};
+  for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
+  return argv;
+}
+
+// Waits for the trainer process's round and fails unless it says it sent it.
+void await_trainer_round(Child& trainer, SteadyClock::time_point deadline, int deadline_s) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+  if (!trainer.wait_for("witness round: ", std::max(left, std::chrono::milliseconds(1))))
+    fail("the trainer process did not finish its round within {} s: {}", deadline_s,
+         last_chars(trainer.output()));
+  // It exits once it printed its line (the last "witness round: " is the trainer's own).
+  const int rc = trainer.wait_exit(std::chrono::seconds(10)).value_or(-1);
+  std::string said = trainer.output().substr(trainer.output().rfind("witness round: "));
+  said = said.substr(0, said.find('\n'));
+  if (rc != 0 || said.rfind("witness round: sent", 0) != 0)
+    fail("the trainer process failed its round (exit status {}): {}", rc, last_chars(said));
+}
+
+void check_worker_holds(const TensorSums& want, const TensorSums& have) {
+  std::vector<std::string> wrong;
+  for (const auto& [name, sum] : want)
+    if (auto it = have.find(name); it == have.end() || it->second != sum) wrong.push_back(name);
+  if (!wrong.empty())
+    fail("the worker holds {} of {} tensors other than the trainer process sent, first '{}'",
+         wrong.size(), want.size(), wrong.front());
+}
+
 }  // namespace
 
 WitnessResult run_witness(const Options& o, int deadline_s) {
@@ -94,81 +196,15 @@ WitnessResult run_witness(const Options& o, int deadline_s) {
     const auto files = write_synthetic_checkpoint(model, model_layout("tiny", kWitnessDtype), seed);
     // What the worker must hold, computed before any process of the plugin's can touch the files.
     const TensorSums want = expected_after_step(files, seed);
-    std::vector<std::string> args{"--plugin", o.path};
-    if (!o.worker_options.empty()) {
-      nlohmann::json cfg = o.worker_options;
-      cfg["backend"] = backend_of_plugin_file(o.path);
-      args.insert(args.end(), {"--weight-transfer-config", cfg.dump()});
-    }
-    if (caps.sparse) args.insert(args.end(), {"--load-checkpoint", model});
+    const std::vector<std::string> args = worker_args(o, caps, model);
     std::unique_ptr<Child> server;
     std::string url;
-    try {
-      std::tie(server, url) = start_server(o.wt_program, args);
-    } catch (const std::exception& e) {
-      fail("the worker side (wt serve --plugin {}) did not start: {}", o.path,
-           last_chars(e.what()));
-    }
-    // The URL is the banner's, which the plugin in that process could print first: only this
-    // host's loopback is called.
-    if (url.rfind("http://127.0.0.1:", 0) != 0)
-      fail("the worker side announced {}, not an address on 127.0.0.1", last_chars(url, 80));
-    // Its output is read while the round runs (a chatty worker must not block on a full pipe).
-    std::atomic<bool> done{false};
-    std::thread drainer([&] {
-      while (!done.load()) {
-        server->drain();
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    });
-    struct JoinDrainer {
-      std::atomic<bool>& done;
-      std::thread& t;
-      ~JoinDrainer() {
-        done = true;
-        t.join();
-      }
-    } join_drainer{done, drainer};
-    // Every call to that worker is bounded by what is left of the check's deadline.
-    auto client = [&] {
-      HttpClient::Options h;
-      h.timeout = std::max(
-          std::chrono::milliseconds(1000),
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()));
-      return HttpClient(url, h);
-    };
-    const int world = client().world_size();
-    std::vector<std::string> argv{o.wt_program,
-                                  "conformance",
-                                  o.path,
-                                  "--witness-for",
-                                  url,
-                                  "--witness-world-size",
-                                  std::to_string(world),
-                                  "--witness-seed",
-                                  std::to_string(seed),
-                                  "--init-info",
-                                  o.init_info.dump()};
-    for (const auto& f : files) argv.insert(argv.end(), {"--checkpoint", f});
-    Child trainer(argv);
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-    if (!trainer.wait_for("witness round: ", std::max(left, std::chrono::milliseconds(1))))
-      fail("the trainer process did not finish its round within {} s: {}", deadline_s,
-           last_chars(trainer.output()));
-    // It exits once it printed its line (the last "witness round: " is the trainer's own).
-    const int rc = trainer.wait_exit(std::chrono::seconds(10)).value_or(-1);
-    std::string said = trainer.output().substr(trainer.output().rfind("witness round: "));
-    said = said.substr(0, said.find('\n'));
-    if (rc != 0 || said.rfind("witness round: sent", 0) != 0)
-      fail("the trainer process failed its round (exit status {}): {}", rc, last_chars(said));
-    const TensorSums have = client().weight_checksums();
-    std::vector<std::string> wrong;
-    for (const auto& [name, sum] : want)
-      if (auto it = have.find(name); it == have.end() || it->second != sum) wrong.push_back(name);
-    if (!wrong.empty())
-      fail("the worker holds {} of {} tensors other than the trainer process sent, first '{}'",
-           wrong.size(), want.size(), wrong.front());
+    std::tie(server, url) = start_witness_worker(o, args);
+    OutputDrainer drainer(*server);
+    const int world = client_until(url, deadline).world_size();
+    Child trainer(trainer_argv(o, url, world, seed, files));
+    await_trainer_round(trainer, deadline, deadline_s);
+    check_worker_holds(want, client_until(url, deadline).weight_checksums());
     return {Outcome::pass,
             fmt::format("{} tensors from a trainer process into a wt serve, both started here on "
                         "the plugin file, match a checkpoint made here, in {:.2f} s",

@@ -9,7 +9,12 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace wt {
 
@@ -26,6 +31,75 @@ namespace {
     if (prefix.empty()) throw;
     throw Error(WT_ERR_INTERNAL, prefix + err.what());
   }
+}
+
+// A lone rank's init info keeps its own key only, whatever the trainer sent
+// (<wt/sdk/rank_keys.hpp>).
+void keep_own_rank_key(nlohmann::json& init_info) {
+  if (auto it = init_info.find("rank_offset");
+      init_info.is_object() && it != init_info.end() && it->is_number_integer())
+    sdk::keep_rank_keys(init_info, it->get<int64_t>(), 1);
+}
+
+// Each rank's init info: the deployment's rank_offset plus the rank's place in the group, and the
+// rank's own key only (the info as it is when it has no rank_offset).
+std::vector<nlohmann::json> init_infos_by_rank(const nlohmann::json& init_info, int ranks) {
+  std::vector<nlohmann::json> infos(static_cast<std::size_t>(ranks), init_info);
+  if (auto it = init_info.find("rank_offset"); it != init_info.end()) {
+    if (!it->is_number_integer())
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("init_info.rank_offset must be an integer, not {}", it->dump()));
+    const int64_t offset = it->get<int64_t>();
+    if (offset < 0 || offset > (int64_t{1} << 31) - ranks)
+      throw Error(WT_ERR_INVALID_ARGUMENT,
+                  fmt::format("init_info.rank_offset {} is out of range for {} worker ranks",
+                              offset, ranks));
+    for (std::size_t k = 0; k < infos.size(); ++k) {
+      infos[k]["rank_offset"] = offset + static_cast<int64_t>(k);
+      sdk::keep_rank_keys(infos[k], offset + static_cast<int64_t>(k), 1);  // its own key only
+    }
+  }
+  return infos;
+}
+
+// One multi-rank init, shared with the ranks' threads: those still running when the init has
+// answered (at the first refusal) outlive its call.
+struct InitRun {
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = 0;
+  std::exception_ptr first;
+  int first_rank = -1;
+
+  // Under mu: the first failure is the init's answer.
+  void note_failure(std::exception_ptr error, int rank) {
+    if (error && !first) {
+      first = error;
+      first_rank = rank;
+    }
+  }
+};
+
+// Rank k's init, on its own thread.
+void init_rank(Receiver& receiver, nlohmann::json info, InitRun& run, int k) {
+  std::exception_ptr error;
+  try {
+    receiver.init_weight_transfer_engine(std::move(info));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::lock_guard<std::mutex> l(run.mu);
+  run.note_failure(error, k);
+  --run.left;
+  run.cv.notify_all();
+}
+
+// Waits until every rank's init has returned or one has failed: the first failure (null if none)
+// and its rank.
+std::pair<std::exception_ptr, int> wait_for_inits(InitRun& run) {
+  std::unique_lock<std::mutex> done(run.mu);
+  run.cv.wait(done, [&] { return run.left == 0 || run.first != nullptr; });
+  return {run.first, run.first_rank};
 }
 
 }  // namespace
@@ -125,86 +199,41 @@ void ReceiverGroup::init_weight_transfer_engine(nlohmann::json init_info) {
   std::lock_guard<std::mutex> l(mu_);
   if (ranks_.size() == 1) {
     init_failed_.reset();
-    // Its own key only, whatever the trainer sent (<wt/sdk/rank_keys.hpp>).
-    if (auto it = init_info.find("rank_offset");
-        init_info.is_object() && it != init_info.end() && it->is_number_integer())
-      sdk::keep_rank_keys(init_info, it->get<int64_t>(), 1);
+    keep_own_rank_key(init_info);
     ranks_[0]->init_weight_transfer_engine(std::move(init_info));
     return;
   }
   if (!init_info.is_object())
     throw Error(WT_ERR_INVALID_ARGUMENT, "init_info must be a JSON object");
-  // Each rank's own rank in the transfer: the deployment's offset plus its place in the group.
-  std::vector<nlohmann::json> infos(ranks_.size(), init_info);
-  if (auto it = init_info.find("rank_offset"); it != init_info.end()) {
-    if (!it->is_number_integer())
-      throw Error(WT_ERR_INVALID_ARGUMENT,
-                  fmt::format("init_info.rank_offset must be an integer, not {}", it->dump()));
-    const int64_t offset = it->get<int64_t>();
-    if (offset < 0 || offset > (int64_t{1} << 31) - world_size())
-      throw Error(WT_ERR_INVALID_ARGUMENT,
-                  fmt::format("init_info.rank_offset {} is out of range for {} worker ranks",
-                              offset, world_size()));
-    for (std::size_t k = 0; k < infos.size(); ++k) {
-      infos[k]["rank_offset"] = offset + static_cast<int64_t>(k);
-      sdk::keep_rank_keys(infos[k], offset + static_cast<int64_t>(k), 1);  // its own key only
-    }
-  }
+  std::vector<nlohmann::json> infos = init_infos_by_rank(init_info, world_size());
   init_info = nullptr;
   // Every rank takes part in the backend's rendezvous at once, each on its own thread. The first
   // refusal is the answer, at once: the trainer, told, stops its rendezvous, and the ranks still
   // waiting in it fail soon after; they are joined before the next init (or at destruction), and
   // until one succeeds, start is refused.
   join_inits();
-  struct Run {
-    std::mutex mu;
-    std::condition_variable cv;
-    int left = 0;
-    std::exception_ptr first;
-    int first_rank = -1;
-  };
-  auto run = std::make_shared<Run>();
+  auto run = std::make_shared<InitRun>();
   run->left = world_size();
   init_failed_ = "an init is in progress";
   for (int k = 0; k < world_size(); ++k) {
     auto work = [this, run, k, info = std::move(infos[static_cast<std::size_t>(k)])]() mutable {
-      std::exception_ptr error;
-      try {
-        ranks_[static_cast<std::size_t>(k)]->init_weight_transfer_engine(std::move(info));
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> l(run->mu);
-      if (error && !run->first) {
-        run->first = error;
-        run->first_rank = k;
-      }
-      --run->left;
-      run->cv.notify_all();
+      init_rank(*ranks_[static_cast<std::size_t>(k)], std::move(info), *run, k);
     };
     try {
       init_threads_.emplace_back(std::move(work));
     } catch (...) {
       std::lock_guard<std::mutex> l(run->mu);
       run->left -= world_size() - k;  // never started
-      if (!run->first) {
-        run->first = std::current_exception();
-        run->first_rank = k;
-      }
+      run->note_failure(std::current_exception(), k);
       break;
     }
   }
-  std::unique_lock<std::mutex> done(run->mu);
-  run->cv.wait(done, [&] { return run->left == 0 || run->first != nullptr; });
-  if (!run->first) {
-    done.unlock();
+  const auto [first, rank] = wait_for_inits(*run);
+  if (!first) {
     join_inits();
     init_failed_.reset();
     return;
   }
-  const std::exception_ptr first = run->first;
-  const int rank = run->first_rank;
-  done.unlock();
   try {
     rethrow_prefixed(first, who(rank));
   } catch (const std::exception& e) {

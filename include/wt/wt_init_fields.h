@@ -142,6 +142,85 @@ static inline int wt_fields__hex4(const char* p, uint32_t* out) {
   return 1;
 }
 
+/* Writes code point cp as UTF-8 into buf; returns its length. */
+static inline size_t wt_fields__utf8_encode(uint32_t cp, char* buf) {
+  if (cp < 0x80) {
+    buf[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    buf[0] = (char)(0xC0 | (cp >> 6)), buf[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    buf[0] = (char)(0xE0 | (cp >> 12)), buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    buf[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  buf[0] = (char)(0xF0 | (cp >> 18)), buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), buf[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* Reads a \uXXXX escape at c->p (a surrogate pair as one), writing its UTF-8 into buf and its
+ * length to *len. Returns 1, or 0 when malformed (a lone surrogate, or U+0000, which would cut
+ * the C string short). */
+static inline int wt_fields__unicode_escape(wt_fields__cursor* c, char* buf, size_t* len) {
+  uint32_t cp;
+  if (c->end - c->p < 6 || !wt_fields__hex4(c->p + 2, &cp)) return 0;
+  c->p += 6;
+  if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
+    uint32_t lo;
+    if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u' || !wt_fields__hex4(c->p + 2, &lo) ||
+        lo < 0xDC00 || lo > 0xDFFF)
+      return 0;
+    c->p += 6;
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+  } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+    return 0;
+  }
+  if (cp == 0) return 0;
+  *len = wt_fields__utf8_encode(cp, buf);
+  return 1;
+}
+
+/* Reads one escape at c->p (its backslash), writing what it stands for into buf and its length
+ * to *len. Returns 1, or 0 when malformed. */
+static inline int wt_fields__escape(wt_fields__cursor* c, char* buf, size_t* len) {
+  char ch;
+  if (c->end - c->p < 2) return 0;
+  switch (c->p[1]) {
+    case '"':
+    case '\\':
+    case '/':
+      ch = c->p[1];
+      break;
+    case 'b':
+      ch = '\b';
+      break;
+    case 'f':
+      ch = '\f';
+      break;
+    case 'n':
+      ch = '\n';
+      break;
+    case 'r':
+      ch = '\r';
+      break;
+    case 't':
+      ch = '\t';
+      break;
+    case 'u':
+      return wt_fields__unicode_escape(c, buf, len);
+    default:
+      return 0;
+  }
+  buf[0] = ch;
+  *len = 1;
+  c->p += 2;
+  return 1;
+}
+
 /* Reads a string at c->p (its opening quote); when out != NULL, writes it unescaped (NUL-ended)
  * if it fits in cap; its unescaped length goes to *length when given. Returns 1, 0 when the JSON
  * is malformed, -1 when it does not fit. */
@@ -156,70 +235,7 @@ static inline int wt_fields__string(wt_fields__cursor* c, char* out, size_t cap,
     unsigned char ch = (unsigned char)*c->p;
     if (ch < 0x20) return 0;
     if (ch == '\\') {
-      uint32_t cp;
-      if (c->end - c->p < 2) return 0;
-      switch (c->p[1]) {
-        case '"':
-        case '\\':
-        case '/':
-          buf[0] = c->p[1];
-          len = 1;
-          c->p += 2;
-          break;
-        case 'b':
-          buf[0] = '\b';
-          len = 1;
-          c->p += 2;
-          break;
-        case 'f':
-          buf[0] = '\f';
-          len = 1;
-          c->p += 2;
-          break;
-        case 'n':
-          buf[0] = '\n';
-          len = 1;
-          c->p += 2;
-          break;
-        case 'r':
-          buf[0] = '\r';
-          len = 1;
-          c->p += 2;
-          break;
-        case 't':
-          buf[0] = '\t';
-          len = 1;
-          c->p += 2;
-          break;
-        case 'u':
-          if (c->end - c->p < 6 || !wt_fields__hex4(c->p + 2, &cp)) return 0;
-          c->p += 6;
-          if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
-            uint32_t lo;
-            if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u' ||
-                !wt_fields__hex4(c->p + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-              return 0;
-            c->p += 6;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return 0;
-          }
-          if (cp == 0) return 0; /* a NUL would cut the C string short */
-          if (cp < 0x80)
-            buf[0] = (char)cp, len = 1;
-          else if (cp < 0x800)
-            buf[0] = (char)(0xC0 | (cp >> 6)), buf[1] = (char)(0x80 | (cp & 0x3F)), len = 2;
-          else if (cp < 0x10000)
-            buf[0] = (char)(0xE0 | (cp >> 12)), buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-            buf[2] = (char)(0x80 | (cp & 0x3F)), len = 3;
-          else
-            buf[0] = (char)(0xF0 | (cp >> 18)), buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-            buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), buf[3] = (char)(0x80 | (cp & 0x3F)),
-            len = 4;
-          break;
-        default:
-          return 0;
-      }
+      if (!wt_fields__escape(c, buf, &len)) return 0;
     } else {
       len = wt_fields__utf8((const unsigned char*)c->p, (const unsigned char*)c->end);
       if (len == 0) return 0;
@@ -273,13 +289,9 @@ static inline int wt_fields__number(wt_fields__cursor* c) {
   return c->p > s;
 }
 
-/* Skips one value (validating it), iteratively for arrays and objects: no recursion, so no depth
- * can overflow the stack; depth is bounded by WT_FIELDS_MAX_DEPTH. Sets *kind. */
-static inline int wt_fields__value(wt_fields__cursor* c, wt_json_kind* kind) {
-  char stack[WT_FIELDS_MAX_DEPTH];
-  int depth = 0;
-  wt_fields__space(c);
-  if (c->p >= c->end) return 0;
+/* Skips one scalar (string, true, false, null, number) at c->p, validating it; sets *kind.
+ * Returns 1, or 0 when malformed. */
+static inline int wt_fields__scalar(wt_fields__cursor* c, wt_json_kind* kind) {
   switch (*c->p) {
     case '"':
       *kind = WT_JSON_STRING;
@@ -293,16 +305,22 @@ static inline int wt_fields__value(wt_fields__cursor* c, wt_json_kind* kind) {
     case 'n':
       *kind = WT_JSON_NULL;
       return wt_fields__literal(c, "null");
-    case '[':
-      *kind = WT_JSON_ARRAY;
-      break;
-    case '{':
-      *kind = WT_JSON_OBJECT;
-      break;
     default:
       *kind = WT_JSON_NUMBER;
       return wt_fields__number(c);
   }
+}
+
+/* Skips one value (validating it), iteratively for arrays and objects: no recursion, so no depth
+ * can overflow the stack; depth is bounded by WT_FIELDS_MAX_DEPTH. Sets *kind. */
+static inline int wt_fields__value(wt_fields__cursor* c, wt_json_kind* kind) {
+  char stack[WT_FIELDS_MAX_DEPTH];
+  int depth = 0;
+  wt_json_kind inner;
+  wt_fields__space(c);
+  if (c->p >= c->end) return 0;
+  if (*c->p != '[' && *c->p != '{') return wt_fields__scalar(c, kind);
+  *kind = *c->p == '[' ? WT_JSON_ARRAY : WT_JSON_OBJECT;
   for (;;) { /* inside arrays and objects: at an opening bracket, or after a value */
     wt_fields__space(c);
     if (c->p >= c->end) return 0;
@@ -329,24 +347,7 @@ static inline int wt_fields__value(wt_fields__cursor* c, wt_json_kind* kind) {
         wt_fields__space(c);
       }
       if (c->p < c->end && (*c->p == '[' || *c->p == '{')) break; /* nested: the outer loop */
-      if (c->p >= c->end) return 0;
-      switch (*c->p) {
-        case '"':
-          if (wt_fields__string(c, NULL, 0, NULL) != 1) return 0;
-          break;
-        case 't':
-          if (!wt_fields__literal(c, "true")) return 0;
-          break;
-        case 'f':
-          if (!wt_fields__literal(c, "false")) return 0;
-          break;
-        case 'n':
-          if (!wt_fields__literal(c, "null")) return 0;
-          break;
-        default:
-          if (!wt_fields__number(c)) return 0;
-          break;
-      }
+      if (c->p >= c->end || !wt_fields__scalar(c, &inner)) return 0;
     after_value:
       if (depth == 0) return 1;
       wt_fields__space(c);

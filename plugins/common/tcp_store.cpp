@@ -233,32 +233,7 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
     c.in.clear();
     return true;
   }
-  if (!c.authenticated) {
-    constexpr std::size_t kHello = sizeof(Nonce) + 4 + kMac;
-    if (c.in.size() < kHello) return true;
-    std::memcpy(c.cnonce.data(), c.in.data(), sizeof(Nonce));
-    const uint32_t rank = get_u32(c.in.data() + sizeof(Nonce));
-    const auto hello = hello_input(c.snonce, c.cnonce, rank);
-    const bool known = rank < static_cast<uint32_t>(limits_.world_size);
-    const SessionSecret key = SessionKeys::rank_key(secret_, known ? static_cast<int>(rank) : 0);
-    if (!known ||
-        !same_mac(key.mac("wt store hello", hello), mac_at(c.in.data() + kHello - kMac))) {
-      refuse(c, known ? fmt::format("it did not prove the key of rank {}", rank)
-                      : fmt::format("it connected as rank {}, outside a world of {}", rank,
-                                    limits_.world_size));
-      c.out.push_back(static_cast<char>(kRefused));  // said, not only dropped: see the client
-      c.in.clear();
-      c.refused = true;
-      return true;
-    }
-    c.authenticated = true;
-    c.rank = static_cast<int>(rank);
-    c.key = key;
-    c.last_request = now;
-    c.in.erase(0, kHello);
-    c.out.push_back(static_cast<char>(kWelcome));
-    append_mac(c.out, key.mac("wt store welcome", hello));
-  }
+  if (!c.authenticated && !authenticate(c, now)) return true;
   while (c.in.size() >= 5) {
     const uint8_t op = static_cast<uint8_t>(c.in[0]);
     const uint32_t klen = get_u32(c.in.data() + 1);
@@ -281,99 +256,166 @@ bool TcpStoreServer::handle_input(Conn& c, Clock::time_point now) {
       body += 4 + vlen;
     }
     if (c.in.size() < body + kMac) break;
-    const std::string_view request(c.in.data(), body);
-    if (!same_mac(c.key.mac("wt store request", mac_input(c.snonce, c.cnonce, c.seq, request)),
-                  mac_at(c.in.data() + body))) {
-      refuse(c, fmt::format("a request whose MAC is not rank {}'s", c.rank));
-      return false;
-    }
-    const std::string key = c.in.substr(5, klen);
-    std::string answer;
-    if (op == kPairKeys && !pair_keys_served_.insert(c.rank).second) {
-      // Once per rank: each answer costs the store's one thread O(world) MACs, and a rank needs
-      // them once per mesh; an insider asking again and again would hold the others up.
-      if (warn_)
-        warn_(fmt::format("rendezvous store: rank {} ({}) asked for its pair keys again; refused",
-                          c.rank, c.who));
-      answer.push_back(static_cast<char>(kExists));
-    } else if (op == kPairKeys) {
-      answer.push_back(static_cast<char>(kDone));
-      const std::vector<int> higher = limits_.pairs.higher_peers(c.rank, limits_.world_size);
-      put_u32(answer, static_cast<uint32_t>(kKey * higher.size()));
-      for (int peer : higher) {
-        const SessionSecret pair =
-            SessionKeys::pair_key(SessionKeys::rank_key(secret_, peer), c.rank)
-                .masked(pair_key_pad(c.key, c.snonce, c.cnonce, peer));
-        answer.append(pair.bytes());
-      }
-    } else if (op == kRaise) {
-      // The first rank to end a round names it; what it says is kept for the latest rounds only.
-      const uint32_t round = get_u32(key.data());
-      if (fates_.count(round)) {
-        answer.push_back(static_cast<char>(kExists));
-      } else {
-        const char* v = c.in.data() + 5 + klen + 4;
-        fates_[round] = {c.rank, std::string(v, vlen)};
-        fate_order_.push_back(round);
-        if (fate_order_.size() > kFatesKept) {  // the first raised goes, whatever its number
-          fates_.erase(fate_order_.front());
-          fate_order_.pop_front();
-        }
-        answer.push_back(static_cast<char>(kDone));
-      }
-    } else if (op == kFate) {
-      if (auto it = fates_.find(get_u32(key.data())); it == fates_.end()) {
-        answer.push_back(static_cast<char>(kMissing));
-      } else {
-        answer.push_back(static_cast<char>(kDone));
-        put_u32(answer, static_cast<uint32_t>(4 + it->second.second.size()));
-        put_u32(answer, static_cast<uint32_t>(it->second.first));
-        answer += it->second.second;
-      }
-    } else if (op == kSet && !owns(c.rank, key, vlen, limits_)) {
-      if (warn_)
-        warn_(
-            fmt::format("rendezvous store: rank {} ({}) tried to set key '{}', which is not its "
-                        "own; refused",
-                        c.rank, c.who, key));
-      answer.push_back(static_cast<char>(kNotYours));
-    } else if (op == kSet) {
-      if (data_.count(key)) {
-        answer.push_back(static_cast<char>(kExists));
-      } else if (data_.size() >= limits_.max_keys ||
-                 stored_bytes_ + vlen + key.size() > limits_.max_stored_bytes) {
-        answer.push_back(static_cast<char>(kFull));
-      } else {
-        const char* v = c.in.data() + 5 + klen + 4;
-        data_[key].assign(v, v + vlen);
-        stored_bytes_ += vlen + key.size();
-        answer.push_back(static_cast<char>(kDone));
-      }
-    } else if (auto it = data_.find(key); it == data_.end()) {
-      answer.push_back(static_cast<char>(kMissing));
-    } else {
-      answer.push_back(static_cast<char>(kDone));
-      put_u32(answer, static_cast<uint32_t>(it->second.size()));
-      answer.append(it->second.data(), it->second.size());
-    }
-    const Mac m = c.key.mac("wt store answer", mac_input(c.snonce, c.cnonce, c.seq, answer));
-    ++c.seq;
-    c.out += answer;
-    append_mac(c.out, m);
-    c.in.erase(0, body + kMac);
-    c.last_request = now;
-    c.request_started = now;
+    if (!serve_request(c, op, klen, vlen, body, now)) return false;
   }
   return true;
 }
 
+// The client's hello, once all of it has arrived: false until the connection is authenticated
+// (the hello is not all here yet, or it was refused and the refusal is queued).
+bool TcpStoreServer::authenticate(Conn& c, Clock::time_point now) {
+  constexpr std::size_t kHello = sizeof(Nonce) + 4 + kMac;
+  if (c.in.size() < kHello) return false;
+  std::memcpy(c.cnonce.data(), c.in.data(), sizeof(Nonce));
+  const uint32_t rank = get_u32(c.in.data() + sizeof(Nonce));
+  const auto hello = hello_input(c.snonce, c.cnonce, rank);
+  const bool known = rank < static_cast<uint32_t>(limits_.world_size);
+  const SessionSecret key = SessionKeys::rank_key(secret_, known ? static_cast<int>(rank) : 0);
+  if (!known || !same_mac(key.mac("wt store hello", hello), mac_at(c.in.data() + kHello - kMac))) {
+    refuse(c, known ? fmt::format("it did not prove the key of rank {}", rank)
+                    : fmt::format("it connected as rank {}, outside a world of {}", rank,
+                                  limits_.world_size));
+    c.out.push_back(static_cast<char>(kRefused));  // said, not only dropped: see the client
+    c.in.clear();
+    c.refused = true;
+    return false;
+  }
+  c.authenticated = true;
+  c.rank = static_cast<int>(rank);
+  c.key = key;
+  c.last_request = now;
+  c.in.erase(0, kHello);
+  c.out.push_back(static_cast<char>(kWelcome));
+  append_mac(c.out, key.mac("wt store welcome", hello));
+  return true;
+}
+
+// Answers the whole request at the front of `c.in` (`body` bytes, then its MAC) and consumes it;
+// false when its MAC is not the connected rank's.
+bool TcpStoreServer::serve_request(Conn& c, uint8_t op, uint32_t klen, uint32_t vlen,
+                                   std::size_t body, Clock::time_point now) {
+  const std::string_view request(c.in.data(), body);
+  if (!same_mac(c.key.mac("wt store request", mac_input(c.snonce, c.cnonce, c.seq, request)),
+                mac_at(c.in.data() + body))) {
+    refuse(c, fmt::format("a request whose MAC is not rank {}'s", c.rank));
+    return false;
+  }
+  const std::string key = c.in.substr(5, klen);
+  // SET's and RAISE's value ends the request (the others have none: vlen is 0).
+  const std::string_view value(c.in.data() + body - vlen, vlen);
+  const std::string answer = answer_request(c, op, key, value);
+  const Mac m = c.key.mac("wt store answer", mac_input(c.snonce, c.cnonce, c.seq, answer));
+  ++c.seq;
+  c.out += answer;
+  append_mac(c.out, m);
+  c.in.erase(0, body + kMac);
+  c.last_request = now;
+  c.request_started = now;
+  return true;
+}
+
+// The answer to one authenticated, well-formed request, without its MAC.
+std::string TcpStoreServer::answer_request(const Conn& c, uint8_t op, const std::string& key,
+                                           std::string_view value) {
+  if (op == kPairKeys) return answer_pair_keys(c);
+  if (op == kRaise) return answer_raise(c, key, value);
+  if (op == kFate) return answer_fate(key);
+  if (op == kSet) return answer_set(c, key, value);
+  return answer_get(key);
+}
+
+std::string TcpStoreServer::answer_pair_keys(const Conn& c) {
+  std::string answer;
+  if (!pair_keys_served_.insert(c.rank).second) {
+    // Once per rank: each answer costs the store's one thread O(world) MACs, and a rank needs
+    // them once per mesh; an insider asking again and again would hold the others up.
+    if (warn_)
+      warn_(fmt::format("rendezvous store: rank {} ({}) asked for its pair keys again; refused",
+                        c.rank, c.who));
+    answer.push_back(static_cast<char>(kExists));
+    return answer;
+  }
+  answer.push_back(static_cast<char>(kDone));
+  const std::vector<int> higher = limits_.pairs.higher_peers(c.rank, limits_.world_size);
+  put_u32(answer, static_cast<uint32_t>(kKey * higher.size()));
+  for (int peer : higher) {
+    const SessionSecret pair = SessionKeys::pair_key(SessionKeys::rank_key(secret_, peer), c.rank)
+                                   .masked(pair_key_pad(c.key, c.snonce, c.cnonce, peer));
+    answer.append(pair.bytes());
+  }
+  return answer;
+}
+
+// The first rank to end a round names it; what it says is kept for the latest rounds only.
+std::string TcpStoreServer::answer_raise(const Conn& c, const std::string& key,
+                                         std::string_view value) {
+  std::string answer;
+  const uint32_t round = get_u32(key.data());
+  if (fates_.count(round)) {
+    answer.push_back(static_cast<char>(kExists));
+    return answer;
+  }
+  fates_[round] = {c.rank, std::string(value)};
+  fate_order_.push_back(round);
+  if (fate_order_.size() > kFatesKept) {  // the first raised goes, whatever its number
+    fates_.erase(fate_order_.front());
+    fate_order_.pop_front();
+  }
+  answer.push_back(static_cast<char>(kDone));
+  return answer;
+}
+
+std::string TcpStoreServer::answer_fate(const std::string& key) {
+  std::string answer;
+  if (auto it = fates_.find(get_u32(key.data())); it == fates_.end()) {
+    answer.push_back(static_cast<char>(kMissing));
+  } else {
+    answer.push_back(static_cast<char>(kDone));
+    put_u32(answer, static_cast<uint32_t>(4 + it->second.second.size()));
+    put_u32(answer, static_cast<uint32_t>(it->second.first));
+    answer += it->second.second;
+  }
+  return answer;
+}
+
+std::string TcpStoreServer::answer_set(const Conn& c, const std::string& key,
+                                       std::string_view value) {
+  std::string answer;
+  const uint32_t vlen = static_cast<uint32_t>(value.size());
+  if (!owns(c.rank, key, vlen, limits_)) {
+    if (warn_)
+      warn_(
+          fmt::format("rendezvous store: rank {} ({}) tried to set key '{}', which is not its "
+                      "own; refused",
+                      c.rank, c.who, key));
+    answer.push_back(static_cast<char>(kNotYours));
+  } else if (data_.count(key)) {
+    answer.push_back(static_cast<char>(kExists));
+  } else if (data_.size() >= limits_.max_keys ||
+             stored_bytes_ + vlen + key.size() > limits_.max_stored_bytes) {
+    answer.push_back(static_cast<char>(kFull));
+  } else {
+    data_[key].assign(value.data(), value.data() + vlen);
+    stored_bytes_ += vlen + key.size();
+    answer.push_back(static_cast<char>(kDone));
+  }
+  return answer;
+}
+
+std::string TcpStoreServer::answer_get(const std::string& key) {
+  std::string answer;
+  if (auto it = data_.find(key); it == data_.end()) {
+    answer.push_back(static_cast<char>(kMissing));
+  } else {
+    answer.push_back(static_cast<char>(kDone));
+    put_u32(answer, static_cast<uint32_t>(it->second.size()));
+    answer.append(it->second.data(), it->second.size());
+  }
+  return answer;
+}
+
 void TcpStoreServer::serve_loop() {
   std::vector<std::unique_ptr<Conn>> conns;
-  auto drop = [&](std::size_t i) {
-    ::close(conns[i]->fd);
-    conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
-    ++dropped_;
-  };
   struct CloseAll {
     std::vector<std::unique_ptr<Conn>>& c;
     ~CloseAll() {
@@ -389,68 +431,81 @@ void TcpStoreServer::serve_loop() {
     ::poll(fds.data(), fds.size(), 100);
     if (fds[0].revents) return;
     const auto now = Clock::now();
-    for (std::size_t i = conns.size(); i-- > 0;) {
-      Conn& c = *conns[i];
-      const short ev = fds[i + 2].revents;
-      bool bad = ev & (POLLERR | POLLNVAL);
-      if (!bad && (ev & POLLOUT) && !c.out.empty()) {
-        ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-        if (n > 0)
-          c.out.erase(0, static_cast<std::size_t>(n));
-        else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-          bad = true;
-      }
-      if (!bad && c.refused && c.out.empty()) bad = true;
-      if (!bad && (ev & (POLLIN | POLLHUP))) {
-        char buf[65536];
-        // Never more than one request's worth held: a client cannot make the server buffer more.
-        const std::size_t room = max_request + kMac - std::min(c.in.size(), max_request + kMac);
-        ssize_t n = room == 0 ? 0 : ::recv(c.fd, buf, std::min(sizeof buf, room), 0);
-        if (room == 0 || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) bad = true;
-        if (n > 0) {
-          if (c.in.empty()) c.request_started = now;
-          c.in.append(buf, static_cast<std::size_t>(n));
-          bad = !handle_input(c, now);
-        }
-      }
-      if (!bad && !c.authenticated && now - c.opened > limits_.auth_deadline) {
-        refuse(c,
-               fmt::format("it did not authenticate within {} ms", limits_.auth_deadline.count()));
-        bad = true;
-      }
-      if (!bad && !c.in.empty() && now - c.request_started > limits_.request_deadline) bad = true;
-      if (!bad && c.in.empty() && c.authenticated && now - c.last_request > limits_.idle_deadline)
-        bad = true;
-      if (c.out.size() > kMaxUnread + limits_.max_value) bad = true;
-      if (bad) drop(i);
-    }
+    for (std::size_t i = conns.size(); i-- > 0;)
+      if (serve_connection(*conns[i], fds[i + 2].revents, max_request, now)) drop(conns, i);
     // Accepted after the connections polled above were served: fds[] indexes only those.
-    if (fds[1].revents & POLLIN) {
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) {
-        if (conns.size() >= limits_.max_connections) {
-          // Strangers cannot hold the slots: the oldest connection still unauthenticated goes.
-          auto oldest = std::find_if(conns.begin(), conns.end(),
-                                     [](const auto& c) { return !c->authenticated; });
-          if (oldest != conns.end()) drop(static_cast<std::size_t>(oldest - conns.begin()));
-        }
-        if (conns.size() >= limits_.max_connections) {
-          ::close(fd);
-          ++dropped_;
-        } else {
-          int one = 1;
-          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          auto c = std::make_unique<Conn>();
-          c->fd = fd;
-          c->who = peer_name(fd);
-          c->opened = now;
-          c->snonce = random_nonce();
-          c->out.assign(kMagic, sizeof kMagic);
-          c->out.append(as_view(c->snonce));
-          conns.push_back(std::move(c));
-        }
-      }
+    if (fds[1].revents & POLLIN) accept_connection(conns, now);
+  }
+}
+
+void TcpStoreServer::drop(std::vector<std::unique_ptr<Conn>>& conns, std::size_t i) {
+  ::close(conns[i]->fd);
+  conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+  ++dropped_;
+}
+
+// One connection's turn after a poll that reported `ev` for it: sends what it can, reads and
+// handles what came, enforces the deadlines. True when the connection must be dropped.
+bool TcpStoreServer::serve_connection(Conn& c, short ev, std::size_t max_request,
+                                      Clock::time_point now) {
+  bool bad = ev & (POLLERR | POLLNVAL);
+  if (!bad && (ev & POLLOUT) && !c.out.empty()) {
+    ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n > 0)
+      c.out.erase(0, static_cast<std::size_t>(n));
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      bad = true;
+  }
+  if (!bad && c.refused && c.out.empty()) bad = true;
+  if (!bad && (ev & (POLLIN | POLLHUP))) {
+    char buf[65536];
+    // Never more than one request's worth held: a client cannot make the server buffer more.
+    const std::size_t room = max_request + kMac - std::min(c.in.size(), max_request + kMac);
+    ssize_t n = room == 0 ? 0 : ::recv(c.fd, buf, std::min(sizeof buf, room), 0);
+    if (room == 0 || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) bad = true;
+    if (n > 0) {
+      if (c.in.empty()) c.request_started = now;
+      c.in.append(buf, static_cast<std::size_t>(n));
+      bad = !handle_input(c, now);
     }
+  }
+  if (!bad && !c.authenticated && now - c.opened > limits_.auth_deadline) {
+    refuse(c, fmt::format("it did not authenticate within {} ms", limits_.auth_deadline.count()));
+    bad = true;
+  }
+  if (!bad && !c.in.empty() && now - c.request_started > limits_.request_deadline) bad = true;
+  if (!bad && c.in.empty() && c.authenticated && now - c.last_request > limits_.idle_deadline)
+    bad = true;
+  if (c.out.size() > kMaxUnread + limits_.max_value) bad = true;
+  return bad;
+}
+
+// Takes the connection waiting on the listening socket, if any; when the connections are at
+// their limit, it gets the slot of the oldest one not yet authenticated, or is closed at once.
+void TcpStoreServer::accept_connection(std::vector<std::unique_ptr<Conn>>& conns,
+                                       Clock::time_point now) {
+  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) return;
+  if (conns.size() >= limits_.max_connections) {
+    // Strangers cannot hold the slots: the oldest connection still unauthenticated goes.
+    auto oldest =
+        std::find_if(conns.begin(), conns.end(), [](const auto& c) { return !c->authenticated; });
+    if (oldest != conns.end()) drop(conns, static_cast<std::size_t>(oldest - conns.begin()));
+  }
+  if (conns.size() >= limits_.max_connections) {
+    ::close(fd);
+    ++dropped_;
+  } else {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->who = peer_name(fd);
+    c->opened = now;
+    c->snonce = random_nonce();
+    c->out.assign(kMagic, sizeof kMagic);
+    c->out.append(as_view(c->snonce));
+    conns.push_back(std::move(c));
   }
 }
 

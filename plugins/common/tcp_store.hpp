@@ -54,6 +54,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -101,7 +102,22 @@ class TcpStoreServer {
   struct Conn;
   void serve();
   void serve_loop();
+  void drop(std::vector<std::unique_ptr<Conn>>& conns, std::size_t i);
+  bool serve_connection(Conn& c, short ev, std::size_t max_request,
+                        std::chrono::steady_clock::time_point now);
+  void accept_connection(std::vector<std::unique_ptr<Conn>>& conns,
+                         std::chrono::steady_clock::time_point now);
   bool handle_input(Conn& c, std::chrono::steady_clock::time_point now);
+  bool authenticate(Conn& c, std::chrono::steady_clock::time_point now);
+  bool serve_request(Conn& c, uint8_t op, uint32_t klen, uint32_t vlen, std::size_t body,
+                     std::chrono::steady_clock::time_point now);
+  std::string answer_request(const Conn& c, uint8_t op, const std::string& key,
+                             std::string_view value);
+  std::string answer_pair_keys(const Conn& c);
+  std::string answer_raise(const Conn& c, const std::string& key, std::string_view value);
+  std::string answer_fate(const std::string& key);
+  std::string answer_set(const Conn& c, const std::string& key, std::string_view value);
+  std::string answer_get(const std::string& key);
   void refuse(const Conn& c, const std::string& why);
 
   int listen_fd_ = -1;

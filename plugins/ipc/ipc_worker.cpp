@@ -8,13 +8,54 @@
 
 #include <sys/mman.h>
 
+#include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace wt::ipc {
 
 using sdk::fail;
+
+namespace {
+
+// The update's tensors over their mapped bytes. They point into `params` (names, shapes), which
+// must outlive them.
+std::vector<wt_tensor> tensors_over(std::vector<ParamMeta>& params,
+                                    const std::vector<unsigned char*>& data, DLDevice device) {
+  std::vector<wt_tensor> tensors(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    tensors[i].struct_size = sizeof(wt_tensor);
+    tensors[i].abi_version = WT_ABI_VERSION;
+    tensors[i].name = p.name.c_str();
+    tensors[i].tensor = DLTensor{
+        data[i], device, static_cast<int32_t>(p.shape.size()), p.dtype, p.shape.data(), nullptr, 0};
+  }
+  return tensors;
+}
+
+// A trainer killed mid-round cannot unlink what it created; the last user does. Its liveness
+// file says whether it lives (probed once per creator, not once per segment).
+void unlink_orphaned_segments(const std::vector<nlohmann::json>& handle_maps,
+                              const std::string& key) {
+  std::map<std::string, bool> creator_dead;  // by liveness token
+  std::set<std::string> unlinked;
+  for (const auto& map : handle_maps)
+    if (auto it = map.find(key);
+        it != map.end() && it->contains("name") && (*it)["name"].is_string()) {
+      const auto& name = (*it)["name"].get_ref<const std::string&>();
+      auto parsed = shm::parse_name(name);
+      if (parsed.kind != shm::NameKind::segment || unlinked.count(name)) continue;
+      auto [dead, fresh] = creator_dead.try_emplace(parsed.token, false);
+      if (fresh) dead->second = segment_creator_dead(name);
+      if (dead->second && shm_unlink(name.c_str()) == 0) unlinked.insert(name);
+    }
+}
+
+}  // namespace
 
 IpcWorker::IpcWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info)
     : log_(context.host, "[ipc] "), device_(context.device), stream_(context.stream) {
@@ -132,6 +173,35 @@ void IpcWorker::deliver(const std::vector<wt_tensor>& tensors, const std::vector
   if (!rest.empty()) loader.load(rest);
 }
 
+// Resolves and maps every tensor's bytes before any is delivered: a rejected update loads nothing.
+std::vector<unsigned char*> IpcWorker::map_update(const UpdateInfo& u) {
+  std::vector<unsigned char*> data(u.params.size());
+  if (u.packed) {
+    // Offsets as the trainer packed them: each tensor at the next multiple of the alignment.
+    std::vector<uint64_t> offsets(u.params.size());
+    uint64_t total = 0;
+    for (std::size_t i = 0; i < u.nbytes.size(); ++i) {
+      const uint64_t n = u.nbytes[i];
+      // A sum that wraps would map too little and hand out wild data.
+      if (total > UINT64_MAX - (alignment_ - 1) || n > UINT64_MAX - (total + alignment_ - 1))
+        fail(WT_ERR_INVALID_ARGUMENT,
+             "invalid update_info for backend 'ipc': the tensors' sizes add up to more bytes than "
+             "64 bits can count");
+      offsets[i] = (total + alignment_ - 1) & ~(alignment_ - 1);
+      total = offsets[i] + n;
+    }
+    Handle h = select_handle(u.handle_maps.at(0), key_, "ipc_handles");
+    unsigned char* base = map_handle(h, total, "ipc_handles");
+    for (std::size_t i = 0; i < u.params.size(); ++i) data[i] = base + offsets[i];
+  } else {
+    for (std::size_t i = 0; i < u.params.size(); ++i) {
+      std::string what = "ipc_handles[" + std::to_string(i) + "] ('" + u.params[i].name + "')";
+      data[i] = map_handle(select_handle(u.handle_maps[i], key_, what), u.nbytes[i], what);
+    }
+  }
+  return data;
+}
+
 void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef& loader) {
   // abort() from another thread while this runs only flags: what the load may be reading is
   // released here, once it has returned.
@@ -163,41 +233,8 @@ void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
     ~DropRetired() { retired.clear(); }
   } drop_retired{retired_};
   UpdateInfo u = parse_update_info(update_info, packed_);
-  // Resolve and map everything first: a rejected update loads nothing.
-  std::vector<unsigned char*> data(u.params.size());
-  if (u.packed) {
-    // Offsets as the trainer packed them: each tensor at the next multiple of the alignment.
-    std::vector<uint64_t> offsets(u.params.size());
-    uint64_t total = 0;
-    for (std::size_t i = 0; i < u.nbytes.size(); ++i) {
-      const uint64_t n = u.nbytes[i];
-      // A sum that wraps would map too little and hand out wild data.
-      if (total > UINT64_MAX - (alignment_ - 1) || n > UINT64_MAX - (total + alignment_ - 1))
-        fail(WT_ERR_INVALID_ARGUMENT,
-             "invalid update_info for backend 'ipc': the tensors' sizes add up to more bytes than "
-             "64 bits can count");
-      offsets[i] = (total + alignment_ - 1) & ~(alignment_ - 1);
-      total = offsets[i] + n;
-    }
-    Handle h = select_handle(u.handle_maps.at(0), key_, "ipc_handles");
-    unsigned char* base = map_handle(h, total, "ipc_handles");
-    for (std::size_t i = 0; i < u.params.size(); ++i) data[i] = base + offsets[i];
-  } else {
-    for (std::size_t i = 0; i < u.params.size(); ++i) {
-      std::string what = "ipc_handles[" + std::to_string(i) + "] ('" + u.params[i].name + "')";
-      data[i] = map_handle(select_handle(u.handle_maps[i], key_, what), u.nbytes[i], what);
-    }
-  }
-  std::vector<wt_tensor> tensors(u.params.size());
-  for (std::size_t i = 0; i < u.params.size(); ++i) {
-    auto& p = u.params[i];
-    tensors[i].struct_size = sizeof(wt_tensor);
-    tensors[i].abi_version = WT_ABI_VERSION;
-    tensors[i].name = p.name.c_str();
-    tensors[i].tensor =
-        DLTensor{data[i], device_, static_cast<int32_t>(p.shape.size()), p.dtype, p.shape.data(),
-                 nullptr, 0};
-  }
+  const std::vector<unsigned char*> data = map_update(u);
+  const std::vector<wt_tensor> tensors = tensors_over(u.params, data, device_);
   log_.debug("update: {} tensor(s) mapped ({} host mapping(s) cached, {} replaced); loading",
              tensors.size(), shm_.size(), retired_.size());
   if (!tensors.empty()) deliver(tensors, u.nbytes, loader);
@@ -211,20 +248,7 @@ void IpcWorker::receive(const nlohmann::json& update_info, const sdk::LoaderRef&
     if (release_after_receive_)
       fail(WT_ERR_ABORTED, "the ipc worker was aborted during this update");
   }
-  // A trainer killed mid-round cannot unlink what it created; the last user does. Its liveness
-  // file says whether it lives (probed once per creator, not once per segment).
-  std::map<std::string, bool> creator_dead;  // by liveness token
-  std::set<std::string> unlinked;
-  for (const auto& map : u.handle_maps)
-    if (auto it = map.find(key_);
-        it != map.end() && it->contains("name") && (*it)["name"].is_string()) {
-      const auto& name = (*it)["name"].get_ref<const std::string&>();
-      auto parsed = shm::parse_name(name);
-      if (parsed.kind != shm::NameKind::segment || unlinked.count(name)) continue;
-      auto [dead, fresh] = creator_dead.try_emplace(parsed.token, false);
-      if (fresh) dead->second = segment_creator_dead(name);
-      if (dead->second && shm_unlink(name.c_str()) == 0) unlinked.insert(name);
-    }
+  unlink_orphaned_segments(u.handle_maps, key_);
 }
 
 void IpcWorker::finish() {

@@ -32,6 +32,7 @@ class IpcWorker final : public sdk::WorkerBase {
 
  private:
   unsigned char* map_handle(const struct Handle& h, uint64_t need, const std::string& what);
+  std::vector<unsigned char*> map_update(const struct UpdateInfo& u);
 
   void deliver(const std::vector<wt_tensor>& tensors, const std::vector<uint64_t>& nbytes,
                const sdk::LoaderRef& loader);

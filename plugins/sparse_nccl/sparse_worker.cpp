@@ -30,6 +30,37 @@ wt_sparse_patch patch_view(const ParamMeta& param, void* indices, void* values, 
   return p;
 }
 
+// The patches' element counts (num_updates_list) against the parameters they patch. A patch
+// changes at most every element once: a larger count (from the wire) is refused before anything
+// is allocated for it.
+void check_patch_counts(const plugins::ParamList& list, const std::vector<int64_t>& counts) {
+  const auto& params = list.params;
+  if (counts.empty())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid update_info for backend 'sparse_nccl': 'num_updates_list' cannot be empty for "
+         "sparse updates");
+  if (counts.size() != params.size())
+    fail(WT_ERR_INVALID_ARGUMENT,
+         "invalid update_info for backend 'sparse_nccl': 'num_updates_list' has {} entries but "
+         "'names' has {}",
+         counts.size(), params.size());
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] < 0 || counts[i] > INT32_MAX)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid update_info for backend 'sparse_nccl': 'num_updates_list[{}]' must be "
+           "non-negative (and int32 indices count at most 2^31 - 1), got {}",
+           i, counts[i]);
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const std::size_t es = element_size(params[i].dtype);
+    const uint64_t elements = es == 0 ? 0 : list.nbytes[i] / es;
+    if (static_cast<uint64_t>(counts[i]) > elements)
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "invalid update_info for backend 'sparse_nccl': 'num_updates_list[{}]' is {}, but "
+           "'{}' has {} elements",
+           i, counts[i], params[i].name, elements);
+  }
+}
+
 }  // namespace
 
 SparseWorker::SparseWorker(const sdk::WorkerContext& context, const nlohmann::json& init_info,
@@ -75,32 +106,7 @@ void SparseWorker::receive(const nlohmann::json& update_info, const sdk::LoaderR
   auto counts = r.get_int_list("num_updates_list");
   r.finish();
   const auto& params = list.params;
-  if (counts.empty())
-    fail(WT_ERR_INVALID_ARGUMENT,
-         "invalid update_info for backend 'sparse_nccl': 'num_updates_list' cannot be empty for "
-         "sparse updates");
-  if (counts.size() != params.size())
-    fail(WT_ERR_INVALID_ARGUMENT,
-         "invalid update_info for backend 'sparse_nccl': 'num_updates_list' has {} entries but "
-         "'names' has {}",
-         counts.size(), params.size());
-  for (std::size_t i = 0; i < counts.size(); ++i)
-    if (counts[i] < 0 || counts[i] > INT32_MAX)
-      fail(WT_ERR_INVALID_ARGUMENT,
-           "invalid update_info for backend 'sparse_nccl': 'num_updates_list[{}]' must be "
-           "non-negative (and int32 indices count at most 2^31 - 1), got {}",
-           i, counts[i]);
-  // A patch changes at most every element once: a larger count (from the wire) is refused before
-  // anything is allocated for it.
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    const std::size_t es = element_size(params[i].dtype);
-    const uint64_t elements = es == 0 ? 0 : list.nbytes[i] / es;
-    if (static_cast<uint64_t>(counts[i]) > elements)
-      fail(WT_ERR_INVALID_ARGUMENT,
-           "invalid update_info for backend 'sparse_nccl': 'num_updates_list[{}]' is {}, but "
-           "'{}' has {} elements",
-           i, counts[i], params[i].name, elements);
-  }
+  check_patch_counts(list, counts);
   // Every patch arrives before any is applied.
   const bool cuda = device_.device_type == kDLCUDA;
   std::vector<int64_t> lengths(counts);

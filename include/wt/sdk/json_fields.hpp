@@ -10,9 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace wt::sdk {
@@ -96,6 +99,38 @@ class FieldReader {
       out.push_back(int_list(v[i], fmt::format("{}[{}]", key, i)));
     }
     return out;
+  }
+
+  // An integer in [lo, hi].
+  int64_t get_int_in(const std::string& key, int64_t lo, int64_t hi) {
+    const int64_t n = get_int(key);
+    if (n < lo || n > hi) fail_about(key, "field '{}' must be in {}..{}, got {}", key, lo, hi, n);
+    return n;
+  }
+  // An array, its elements for the caller to read.
+  const nlohmann::json& get_array(const std::string& key) {
+    const auto& v = raw(key);
+    if (!v.is_array()) type_error(key, "an array", v);
+    return v;
+  }
+  // An object, read by a reader of its own that names it `what` in its errors (the object must
+  // outlive that reader, as this one's must).
+  FieldReader get_object(const std::string& key, std::string what) {
+    const auto& v = raw(key);
+    if (!v.is_object()) type_error(key, "an object", v);
+    return FieldReader(v, std::move(what));
+  }
+
+  // Refuses now any key not among `keys`, as finish() would at the end: a misspelt required key
+  // is then named as unknown, not reported as missing.
+  void only(std::initializer_list<std::string_view> keys) const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it)
+      if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) {
+        std::string known;
+        for (const auto k : keys) known += (known.empty() ? "" : ", ") + std::string(k);
+        fail_field(it.key(), WT_ERR_INVALID_ARGUMENT,
+                   "invalid {}: unknown field '{}' (known fields: {})", what_, it.key(), known);
+      }
   }
 
   bool opt_bool(const std::string& key, bool def) {
