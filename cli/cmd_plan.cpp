@@ -216,16 +216,16 @@ Run add_plan_command(CLI::App& app) {
   return [o]() {
     const auto started = std::chrono::steady_clock::now();
     // Layouts state repeated parameters as ranges, so even a 1 T model's file is small.
-    const nlohmann::json doc = yaml_to_json(load_yaml_file(o->layout), o->layout);
+    nlohmann::json doc = yaml_to_json(load_yaml_file(o->layout), o->layout);
+    // Another inference shape: in the layout, so that it is checked (and bounded) as the file is.
+    if (doc.is_object() && doc.contains("inference") && doc["inference"].is_object()) {
+      if (o->replicas > 0) doc["inference"]["replicas"] = o->replicas;
+      if (o->tensor_parallel > 0) doc["inference"]["tensor_parallel"] = o->tensor_parallel;
+    }
     m2n::Layout layout;
     m2n::Plan plan;
     m2n::PlanStats stats;
     layout = m2n::layout_from_json(doc, "layout " + o->layout);
-    if (o->replicas > 0) layout.inference.replicas = o->replicas;
-    if (o->tensor_parallel > 0) layout.inference.tensor_parallel = o->tensor_parallel;
-    if (int64_t{layout.inference.replicas} * layout.inference.tensor_parallel > 65536)
-      throw Error(WT_ERR_INVALID_ARGUMENT,
-                  "--replicas x --tensor-parallel: more than 65536 worker ranks");
     plan = m2n::compute_plan(layout);
     stats = m2n::plan_stats(plan, wire_of(*o));
     const double took =

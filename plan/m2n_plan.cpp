@@ -149,12 +149,13 @@ std::vector<Piece> pieces_of(const ParamGroup& g, int tp, int t, uint64_t& liste
 }
 
 // Adds what each holder of `p` sends: count sends in rotation from `first`.
+// `from`: the first send's place in the rotation (member m of replica r is send m * replicas + r).
 template <typename Add>
-void shares(const Piece& p, uint64_t count, Add add) {
+void shares(const Piece& p, uint64_t count, Add add, uint64_t from = 0) {
   const uint64_t n = p.holders.size(), q = count / n, e = count % n;
   for (uint64_t k = 0; k < n; ++k) {
     const uint64_t sends = q + (k < e ? 1 : 0);
-    if (sends > 0) add(p.holders[(static_cast<uint64_t>(p.first) + k) % n], sends);
+    if (sends > 0) add(p.holders[(static_cast<uint64_t>(p.first) + from + k) % n], sends);
   }
 }
 
@@ -272,18 +273,26 @@ PlanStats plan_stats(const Plan& plan, WireDtype wire) {
     uint64_t numel = 1;
     for (int64_t d : g.shape) numel *= static_cast<uint64_t>(d);
     s.model_bytes += members * numel * element_size(g.dtype);
-    // Members sent as FP8, the rest as held; each kind's sends shared among the holders in turn.
-    uint64_t fp8 = 0;
-    if (wire == WireDtype::kBlockFp8)
-      for (const std::string& name : g.names) fp8 += sent_as_fp8(name, g.shape, g.dtype) ? 1 : 0;
+    // Runs of members sent alike (FP8, or as held: one run for a layout's groups), each run's
+    // sends charged to the holders whose turn they are (Plan::sender).
+    std::vector<std::pair<uint64_t, bool>> runs;  // (end member, FP8)
+    for (uint64_t m = 0; m < members; ++m) {
+      const bool fp8 = wire == WireDtype::kBlockFp8 && sent_as_fp8(g.names[m], g.shape, g.dtype);
+      if (runs.empty() || runs.back().second != fp8) runs.emplace_back(m, fp8);
+      runs.back().first = m + 1;
+    }
     for (const Piece& p : g.pieces) {
-      for (auto [count, bytes] : {std::pair{members - fp8, piece_bytes(p, g.dtype)},
-                                  std::pair{fp8, fp8_piece_bytes(p.box)}}) {
-        if (count == 0) continue;
-        shares(p, count * static_cast<uint64_t>(replicas), [&](int rank, uint64_t sends) {
-          s.trainer_bytes[static_cast<std::size_t>(rank)] += sends * bytes;
-        });
-        per_tp_rank[static_cast<std::size_t>(p.tp_rank)] += count * bytes;
+      uint64_t begin = 0;
+      for (const auto& [end, fp8] : runs) {
+        const uint64_t bytes = fp8 ? fp8_piece_bytes(p.box) : piece_bytes(p, g.dtype);
+        shares(
+            p, (end - begin) * static_cast<uint64_t>(replicas),
+            [&](int rank, uint64_t sends) {
+              s.trainer_bytes[static_cast<std::size_t>(rank)] += sends * bytes;
+            },
+            begin * static_cast<uint64_t>(replicas));
+        per_tp_rank[static_cast<std::size_t>(p.tp_rank)] += (end - begin) * bytes;
+        begin = end;
       }
       s.pieces += members * static_cast<uint64_t>(replicas);
     }
@@ -325,14 +334,20 @@ std::string plan_digest(const Plan& plan) {
 
 namespace {
 
+// A plan a worker was given that it cannot take: named as FieldReader names its own refusals.
+[[noreturn]] void bad_plan(const std::string& what, const std::string& why) {
+  bad("invalid " + what, why);
+}
+
 std::vector<int64_t> get_ints(const nlohmann::json& o, const char* key, const std::string& what,
                               std::size_t size, int64_t lo, int64_t hi) {
   if (!o.contains(key) || !o.at(key).is_array() || o.at(key).size() != size)
-    bad(what, fmt::format("'{}' must be an array of {} integers", key, size));
+    bad_plan(what, fmt::format("'{}' must be an array of {} integers", key, size));
   std::vector<int64_t> v;
   for (const auto& x : o.at(key)) {
     if (!x.is_number_integer() || x.get<int64_t>() < lo || x.get<int64_t>() > hi)
-      bad(what, fmt::format("every element of '{}' must be an integer in {}..{}", key, lo, hi));
+      bad_plan(what,
+               fmt::format("every element of '{}' must be an integer in {}..{}", key, lo, hi));
     v.push_back(x.get<int64_t>());
   }
   return v;
@@ -343,13 +358,13 @@ std::vector<std::string> read_group_names(const nlohmann::json& gj, const std::s
                                           std::unordered_set<std::string>& seen) {
   if (!gj.is_object() || !gj.contains("names") || !gj.at("names").is_array() ||
       gj.at("names").empty())
-    bad(gw, "'names' must be a non-empty array of strings");
+    bad_plan(gw, "'names' must be a non-empty array of strings");
   std::vector<std::string> names;
   for (const auto& n : gj.at("names")) {
-    if (!n.is_string() || n.get<std::string>().empty()) bad(gw, "every name must be a string");
+    if (!n.is_string() || n.get<std::string>().empty()) bad_plan(gw, "every name must be a string");
     if (!seen.insert(n.get<std::string>()).second)
-      bad(gw, fmt::format("parameter '{}' is covered twice: it appears in two groups",
-                          n.get<std::string>()));
+      bad_plan(gw, fmt::format("parameter '{}' is covered twice: it appears in two groups",
+                               n.get<std::string>()));
     names.push_back(n.get<std::string>());
   }
   return names;
@@ -360,15 +375,15 @@ std::vector<std::string> read_group_names(const nlohmann::json& gj, const std::s
 unsigned __int128 read_group_type(const nlohmann::json& gj, const std::string& gw, GroupPlan& g) {
   if (!gj.contains("dtype") || !gj.at("dtype").is_string() ||
       !dtype_from_torch_name(gj.at("dtype").get<std::string>()))
-    bad(gw, "'dtype' must name a dtype wt knows");
+    bad_plan(gw, "'dtype' must name a dtype wt knows");
   g.dtype = *dtype_from_torch_name(gj.at("dtype").get<std::string>());
   if (!gj.contains("shape") || !gj.at("shape").is_array() || gj.at("shape").size() > 8)
-    bad(gw, "'shape' must be an array of at most 8 integers");
+    bad_plan(gw, "'shape' must be an array of at most 8 integers");
   g.shape = get_ints(gj, "shape", gw, gj.at("shape").size(), 1, int64_t{1} << 40);
   unsigned __int128 numel = 1;
   for (int64_t d : g.shape) {
     numel *= static_cast<uint64_t>(d);
-    if (numel > (uint64_t{1} << 50)) bad(gw, "the shape has more than 2^50 elements");
+    if (numel > (uint64_t{1} << 50)) bad_plan(gw, "the shape has more than 2^50 elements");
   }
   return numel;
 }
@@ -382,17 +397,17 @@ Piece read_piece(const nlohmann::json& pj, const std::string& pw, const GroupPla
   p.box.hi = get_ints(pj, "hi", pw, g.shape.size(), 0, int64_t{1} << 40);
   if (!pj.contains("holders") || !pj.at("holders").is_array() || pj.at("holders").empty() ||
       pj.at("holders").size() > static_cast<std::size_t>(trainer_ranks))
-    bad(pw, "'holders' must list 1 to trainer_ranks ranks");
+    bad_plan(pw, "'holders' must list 1 to trainer_ranks ranks");
   for (int64_t h : get_ints(pj, "holders", pw, pj.at("holders").size(), 0, trainer_ranks - 1)) {
     if (!p.holders.empty() && h <= p.holders.back())
-      bad(pw, "'holders' must be ascending, without repeats");
+      bad_plan(pw, "'holders' must be ascending, without repeats");
     p.holders.push_back(static_cast<int>(h));
   }
   p.first = r.get_int_in("first", 0, static_cast<int64_t>(p.holders.size()) - 1);
   if (!inside(p.box, needed_box(g.shape, g.tp_dim, tp, p.tp_rank)))
-    bad(pw, fmt::format("the piece of parameter {} is empty or outside what tensor-parallel "
-                        "rank {} needs",
-                        named(g.names), p.tp_rank));
+    bad_plan(pw, fmt::format("the piece of parameter {} is empty or outside what tensor-parallel "
+                             "rank {} needs",
+                             named(g.names), p.tp_rank));
   return p;
 }
 
@@ -402,21 +417,22 @@ void check_covered_once(const GroupPlan& g, int t, std::vector<const Piece*>& of
                         const std::string& gw) {
   const Box need = needed_box(g.shape, g.tp_dim, tp, t);
   if (of.empty())
-    bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: no piece",
-                        named(g.names), t));
+    bad_plan(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: no piece",
+                             named(g.names), t));
   // The one dimension along which the pieces differ from the box (any, for a single piece).
   int cut = -1;
   for (const Piece* p : of)
     for (std::size_t d = 0; d < need.lo.size(); ++d)
       if (p->box.lo[d] != need.lo[d] || p->box.hi[d] != need.hi[d]) {
         if (cut >= 0 && cut != static_cast<int>(d))
-          bad(gw, fmt::format("the pieces of parameter {} for tensor-parallel rank {} are not "
-                              "slices along one dimension (dims {} and {} differ)",
-                              named(g.names), t, cut, d));
+          bad_plan(gw, fmt::format("the pieces of parameter {} for tensor-parallel rank {} are not "
+                                   "slices along one dimension (dims {} and {} differ)",
+                                   named(g.names), t, cut, d));
         cut = static_cast<int>(d);
       }
   const auto overlap = [&] {
-    bad(gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: pieces overlap",
+    bad_plan(
+        gw, fmt::format("parameter {} is covered twice for tensor-parallel rank {}: pieces overlap",
                         named(g.names), t));
   };
   if (cut < 0) {
@@ -427,9 +443,9 @@ void check_covered_once(const GroupPlan& g, int t, std::vector<const Piece*>& of
   std::sort(of.begin(), of.end(),
             [d](const Piece* a, const Piece* b) { return a->box.lo[d] < b->box.lo[d]; });
   const auto gap = [&](int64_t from, int64_t to) {
-    bad(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: elements "
-                        "{}..{} of dim {} are in no piece",
-                        named(g.names), t, from, to, d));
+    bad_plan(gw, fmt::format("parameter {} is not covered for tensor-parallel rank {}: elements "
+                             "{}..{} of dim {} are in no piece",
+                             named(g.names), t, from, to, d));
   };
   int64_t at = need.lo[d];
   for (const Piece* p : of) {
@@ -452,12 +468,13 @@ class GroupsReader {
     const unsigned __int128 numel = read_group_type(gj, gw, g);
     model_ += numel * element_size(g.dtype) * g.names.size();
     if (model_ * static_cast<uint64_t>(plan_.inference.worker_ranks()) > (uint64_t{1} << 62))
-      bad(what_, "the model times the worker ranks is more than 2^62 bytes");
+      bad_plan(what_, "the model times the worker ranks is more than 2^62 bytes");
     g.tp_dim = static_cast<int>(sdk::FieldReader(gj, gw).get_int_in("tp_dim", -1, 7));
-    check_tp_divides(g.names, g.shape, g.tp_dim, tp, gw);
-    if (!gj.contains("pieces") || !gj.at("pieces").is_array()) bad(gw, "'pieces' must be an array");
+    check_tp_divides(g.names, g.shape, g.tp_dim, tp, "invalid " + gw);
+    if (!gj.contains("pieces") || !gj.at("pieces").is_array())
+      bad_plan(gw, "'pieces' must be an array");
     pieces_ += gj.at("pieces").size();
-    if (pieces_ > kMaxPieces) bad(what_, fmt::format("more than {} pieces", kMaxPieces));
+    if (pieces_ > kMaxPieces) bad_plan(what_, fmt::format("more than {} pieces", kMaxPieces));
     for (std::size_t pi = 0; pi < gj.at("pieces").size(); ++pi)
       g.pieces.push_back(read_piece(gj.at("pieces")[pi], fmt::format("{}, pieces[{}]", gw, pi), g,
                                     tp, plan_.trainer_ranks));
@@ -479,18 +496,18 @@ class GroupsReader {
 }  // namespace
 
 Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
-  if (!j.is_object()) bad(what, "the plan must be a JSON object");
+  if (!j.is_object()) bad_plan(what, "the plan must be a JSON object");
   // Lenient about keys it does not read (the plan is versioned), strict about those it does.
   sdk::FieldReader r(j, what);
   if (r.get_int_in("version", 1, 1000) != 1)
-    bad(what, "plan version is not 1: this worker is older than the trainer's plan");
+    bad_plan(what, "plan version is not 1: this worker is older than the trainer's plan");
   Plan plan;
   plan.trainer_ranks = static_cast<int>(r.get_int_in("trainer_ranks", 1, 1 << 16));
   plan.inference.replicas = static_cast<int>(r.get_int_in("replicas", 1, 1 << 16));
   plan.inference.tensor_parallel = static_cast<int>(r.get_int_in("tensor_parallel", 1, 1024));
   const auto& groups = r.get_array("groups");
   if (int64_t{plan.inference.replicas} * plan.inference.tensor_parallel > (1 << 16))
-    bad(what, "more than 65536 worker ranks");
+    bad_plan(what, "more than 65536 worker ranks");
   GroupsReader reader(plan, what);
   for (std::size_t gi = 0; gi < groups.size(); ++gi)
     plan.groups.push_back(reader.read(groups[gi], fmt::format("{}, groups[{}]", what, gi)));

@@ -10,7 +10,7 @@
 // The rule, exactly (what a test compares with an independent quantizer, bit for bit):
 //   amax      = the largest |x| of the block (exact: a BF16 widens to fp32 without rounding)
 //   scale_inv = max(fl32(amax / 448), 2^-126)        (fp32 division, round to nearest even; the
-//               floor keeps an all-zero or tiny block finite: its values then quantize to 0)
+//               floor keeps the scale of an all-zero or tiny block a normal, nonzero fp32)
 //   UE8M0:    scale_inv = the least power of two >= amax / 448, in 2^-126..2^127 (an 8-bit
 //             exponent alone), for engines that read scales that way
 //   q         = e4m3(fl32(x / scale_inv)): round to nearest, ties to even, saturating at ±448

@@ -86,7 +86,11 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
     sdk::fail_field("trainer_ranks", WT_ERR_INVALID_ARGUMENT,
                     "invalid {}: field 'trainer_ranks' must be in 1..{}, got {}", what,
                     plugins::kMaxWorld - (world_size - 1), trainers);
-  plan_ = plan_from_json(plan_json, "the m2n plan in the worker init info");
+  try {
+    plan_ = plan_from_json(plan_json, "m2n plan in the worker init info");
+  } catch (const sdk::Error& e) {  // whatever part of it was wrong, the init info's field is "plan"
+    sdk::fail_field("plan", e.code(), "{}", e.what());
+  }
   if (plan_digest(plan_) != digest)
     fail(WT_ERR_INVALID_ARGUMENT,
          "invalid {}: the plan's digest is {}, but the init info says {} (altered on the way?)",
