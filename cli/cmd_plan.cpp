@@ -8,6 +8,7 @@
 #include <wt/sdk/errors.hpp>
 #include <wt/services/yaml_json.hpp>
 
+#include "engine_layout.hpp"
 #include "m2n_plan.hpp"
 
 #include <fmt/format.h>
@@ -62,6 +63,8 @@ uint64_t replica_bytes(const m2n::Plan& plan, const m2n::PlanStats& stats) {
 struct ModelSize {
   std::size_t tensors = 0;
   double params = 0;
+  // The engine's own parameters per TP rank, where the layout composes them ("engine").
+  std::size_t engine_tensors = 0, engine_composed = 0;
 };
 
 ModelSize model_size(const m2n::Plan& plan) {
@@ -144,6 +147,10 @@ void print_plan_json(const PlanOpts& o, const m2n::Plan& plan, const m2n::PlanSt
                       {"wire_dtype", o.wire_dtype},
                       {"replica_bytes", replica_bytes(plan, stats)},
                       {"plan_seconds", took}};
+  if (size.engine_tensors > 0) {
+    j["engine_tensors"] = size.engine_tensors;
+    j["engine_composed"] = size.engine_composed;
+  }
   fmt::print("{}\n", j.dump());
 }
 
@@ -159,6 +166,11 @@ void print_plan_text(const PlanOpts& o, const m2n::Plan& plan, const m2n::PlanSt
              plan.inference.tensor_parallel);
   fmt::print("plan: {} point-to-point sends per round, computed in {:.2f} s, digest {}\n",
              stats.pieces, took, digest);
+  if (size.engine_tensors > 0)
+    fmt::print(
+        "engine layout: {} parameters per TP rank, {} of them composed (fused, stacked or "
+        "tied); each part's slice lies back to back in its engine parameter\n",
+        size.engine_tensors, size.engine_composed);
   if (wire_of(o) == m2n::WireDtype::kBlockFp8)
     fmt::print(
         "on the wire: block FP8 (float8_e4m3fn, 128 x 128 blocks, fp32 scales) where an FP8 "
@@ -230,7 +242,13 @@ Run add_plan_command(CLI::App& app) {
     stats = m2n::plan_stats(plan, wire_of(*o));
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const ModelSize size = model_size(plan);
+    ModelSize size = model_size(plan);
+    if (!layout.engine.empty()) {  // checked as an m2n init checks it
+      const auto engine =
+          m2n::compose_engine(plan, layout.engine, "layout " + o->layout + ", engine");
+      size.engine_tensors = engine.tensors.size();
+      size.engine_composed = engine.composed;
+    }
     const PlanCosts costs = plan_costs(*o, layout, stats);
     const std::string digest = m2n::plan_digest(plan);
     if (!o->write_plan.empty()) write_plan_file(plan, o->write_plan);

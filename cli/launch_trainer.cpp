@@ -6,6 +6,7 @@
 #include "sharded_source.hpp"
 
 #include "box_copy.hpp"
+#include "engine_layout.hpp"
 #include "m2n_plan.hpp"
 #include "training_step.hpp"
 
@@ -24,6 +25,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <mutex>
 
 namespace wt::cli {
@@ -78,12 +81,16 @@ class ProgressSource : public WeightSource {
 };
 
 // What worker rank k (counted across the receivers, each receiver's ranks in order) holds under
-// m2n's `tensor_parallel` and `tp_rules`: the slice of TP rank k % T that the plan sends it.
+// m2n's `tensor_parallel` and `tp_rules`: the slice of TP rank k % T that the plan sends it, and
+// under an `engine_layout` the engine's tensors composed of those slices.
 class TensorParallelSlices {
  public:
   explicit TensorParallelSlices(const LaunchConfig& cfg) {
     const auto& ii = cfg.init_info;
-    if (cfg.backend != "m2n" || !ii.contains("tensor_parallel")) return;
+    if (cfg.backend != "m2n") return;
+    if (ii.contains("engine_layout"))
+      engine_rules_ = m2n::engine_rules_from_json(ii.at("engine_layout"), "engine_layout");
+    if (!ii.contains("tensor_parallel")) return;
     tp_ = ii.at("tensor_parallel").get<int>();
     if (ii.contains("tp_rules"))
       for (const auto& r : ii.at("tp_rules"))
@@ -96,7 +103,47 @@ class TensorParallelSlices {
   }
   bool splits(const ParamMeta& m, int) const { return tp_ > 1 && dim_of(m) >= 0; }
   std::string checksum(const ParamMeta& m, std::span<const unsigned char> full, int k) const {
-    const auto box = m2n::needed_box(m.shape, dim_of(m), tp_, k % tp_);
+    const auto slice = slice_of(m, full, k);
+    return checksum_bytes(slice.data(), slice.size());
+  }
+  bool composes() const { return !engine_rules_.empty(); }
+  // Every engine tensor worker rank k holds, by name, with its checksum.
+  std::map<std::string, std::string> engine_checksums(SafetensorsSource& checkpoint, int k) const {
+    const auto& meta = checkpoint.metadata();
+    std::vector<m2n::WorkerParam> sent;
+    for (const auto& m : meta) {
+      const auto box = m2n::needed_box(m.shape, tp_ > 1 ? dim_of(m) : -1, tp_, 0);
+      std::vector<int64_t> local(m.shape.size());
+      for (std::size_t d = 0; d < local.size(); ++d) local[d] = box.hi[d] - box.lo[d];
+      sent.push_back({m.name, m.dtype, local});
+    }
+    const auto engine = m2n::compose_engine(sent, engine_rules_, "engine_layout");
+    std::vector<std::vector<unsigned char>> bytes(engine.tensors.size());
+    for (std::size_t t = 0; t < engine.tensors.size(); ++t) {
+      uint64_t n = element_size(engine.tensors[t].dtype);
+      for (int64_t d : engine.tensors[t].local_shape) n *= static_cast<uint64_t>(d);
+      bytes[t].resize(n);
+    }
+    for (std::size_t i = 0; i < meta.size(); ++i) {
+      const auto slice = slice_of(meta[i], checkpoint.bytes(i), k);
+      const auto& at = engine.place_of(meta[i].name);
+      std::memcpy(bytes[at.tensor].data() + at.element_offset * element_size(meta[i].dtype),
+                  slice.data(), slice.size());
+    }
+    std::map<std::string, std::string> out;
+    for (std::size_t t = 0; t < engine.tensors.size(); ++t) {
+      const auto& b = engine.tensors[t].tied_to >= 0
+                          ? bytes[static_cast<std::size_t>(engine.tensors[t].tied_to)]
+                          : bytes[t];
+      out[engine.tensors[t].name] = checksum_bytes(b.data(), b.size());
+    }
+    return out;
+  }
+
+ private:
+  std::vector<unsigned char> slice_of(const ParamMeta& m, std::span<const unsigned char> full,
+                                      int k) const {
+    const auto box = m2n::needed_box(m.shape, tp_ > 1 ? dim_of(m) : -1, tp_, k % tp_);
     std::vector<int64_t> extent(m.shape.size());
     for (std::size_t d = 0; d < extent.size(); ++d) extent[d] = box.hi[d] - box.lo[d];
     const std::size_t elem = element_size(m.dtype);
@@ -107,12 +154,12 @@ class TensorParallelSlices {
     m2n::copy_box(slice.data(), m2n::compact_strides(extent),
                   full.data() + static_cast<std::size_t>(m2n::box_offset(strides, box.lo)) * elem,
                   strides, extent, elem);
-    return checksum_bytes(slice.data(), slice.size());
+    return slice;
   }
 
- private:
   int tp_ = 1;
   std::vector<std::pair<std::string, int>> rules_;
+  std::vector<m2n::EngineRule> engine_rules_;
 };
 
 }  // namespace
@@ -207,16 +254,26 @@ void verify_round(const LaunchConfig& cfg, SafetensorsSource& checkpoint,
     const auto by_rank = receivers[k]->weight_checksums_by_rank();
     for (std::size_t j = 0; j < by_rank.size(); ++j, ++worker) {
       const auto& remote = by_rank[j];
+      const auto where = [&](const std::string& name) {
+        std::string at = receivers.size() == 1 ? "" : fmt::format("receiver {}", k + 1);
+        if (by_rank.size() > 1) at += fmt::format("{}rank {}", at.empty() ? "" : " ", j);
+        return at.empty() ? name : fmt::format("{}: {}", at, name);
+      };
+      if (tp.composes()) {  // the engine's own tensors, composed of the checkpoint's slices
+        for (const auto& [name, want] : tp.engine_checksums(checkpoint, worker)) {
+          ++checked;
+          auto it = remote.find(name);
+          if (it == remote.end() || it->second != want) mismatched.push_back(where(name));
+        }
+        continue;
+      }
       for (std::size_t i = 0; i < checkpoint.size(); ++i, ++checked) {
         auto it = remote.find(meta[i].name);
         const std::string want = tp.splits(meta[i], worker)
                                      ? tp.checksum(meta[i], checkpoint.bytes(i), worker)
                                      : expected[i];
         if (it != remote.end() && it->second == want) continue;
-        std::string where = receivers.size() == 1 ? "" : fmt::format("receiver {}", k + 1);
-        if (by_rank.size() > 1) where += fmt::format("{}rank {}", where.empty() ? "" : " ", j);
-        mismatched.push_back(where.empty() ? meta[i].name
-                                           : fmt::format("{}: {}", where, meta[i].name));
+        mismatched.push_back(where(meta[i].name));
       }
     }
   }

@@ -328,7 +328,7 @@ void check_model_bytes(const Layout& l, const std::string& what) {
 Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
   if (!j.is_object()) bad(what, "the layout must be a JSON object");
   sdk::FieldReader top(j, what);
-  top.only({"description", "parameters", "trainer", "inference"});
+  top.only({"description", "parameters", "trainer", "inference", "engine"});
   Layout l;
   const std::string tw = what + ", trainer", iw = what + ", inference";
   auto trainer = top.get_object("trainer", tw);
@@ -346,6 +346,7 @@ Layout layout_from_json(const nlohmann::json& j, const std::string& what) {
     grouping.add(p, pw);
   }
   if (grouping.total() == 0) bad(what, "'parameters' lists none");
+  if (top.has("engine")) l.engine = engine_rules_from_json(top.raw("engine"), what + ", engine");
   check_model_bytes(l, what);
   return l;
 }

@@ -8,6 +8,8 @@
 
 #include <wt/requires_cxx20.hpp>
 
+#include "engine_rules.hpp"
+
 #include <dlpack/dlpack.h>
 #include <nlohmann/json.hpp>
 
@@ -47,6 +49,7 @@ struct Layout {
   std::vector<ParamGroup> groups;
   int trainer_ranks = 1;
   InferenceLayout inference;
+  std::vector<EngineRule> engine;  // the engine's own parameters (engine_layout.hpp); none: as sent
 };
 
 // A layout file (JSON):
@@ -54,12 +57,14 @@ struct Layout {
 //                    "dtype": "bfloat16", "shape": [2048, 7168]}, ...],
 //    "trainer": {"ranks": 256, "holdings": [{"match": "*", "shard_dim": 0}]},
 //    "inference": {"replicas": 16, "tensor_parallel": 8,
-//                  "rules": [{"match": "*.w2.weight", "dim": 1}, {"match": "*", "dim": -1}]}}
+//                  "rules": [{"match": "*.w2.weight", "dim": 1}, {"match": "*", "dim": -1}]},
+//    "engine": [{"fuse": "*.w13.weight", "parts": ["*.w1.weight", "*.w3.weight"]}]}
 // A name's "{}" take the ranges' values in turn (one range per "{}", [first, last+1)). Holdings:
 // the first rule whose glob matches a name decides — "shard_dim": d splits dimension d over the
 // ranks in chunks of ceil(size / ranks), as FSDP does (the last ranks may hold less, or nothing);
 // "replicated": true gives every rank the whole tensor. Inference rules: the first match gives the
 // dimension TP splits (it must divide by tensor_parallel); no match, or -1: needed whole.
+// "engine" (optional): the inference engine's parameters composed from these (engine_layout.hpp).
 // Throws sdk::Error (WT_ERR_INVALID_ARGUMENT) naming the entry or field that is wrong.
 Layout layout_from_json(const nlohmann::json& j, const std::string& what);
 

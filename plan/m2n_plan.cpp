@@ -514,48 +514,54 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& what) {
   return plan;
 }
 
+std::vector<WorkerParam> planned_params(const Plan& plan, int tp_rank) {
+  std::vector<WorkerParam> out;
+  for (const GroupPlan& g : plan.groups) {
+    const Box need = needed_box(g.shape, g.tp_dim, plan.inference.tensor_parallel, tp_rank);
+    std::vector<int64_t> local(g.shape.size());
+    for (std::size_t d = 0; d < local.size(); ++d) local[d] = need.hi[d] - need.lo[d];
+    for (const std::string& name : g.names) out.push_back({name, g.dtype, local});
+  }
+  return out;
+}
+
 void check_worker(const Plan& plan, int worker_rank, const std::vector<WorkerParam>& params) {
-  const int tp = plan.inference.tensor_parallel;
   if (worker_rank < 0 || worker_rank >= plan.inference.worker_ranks())
     bad("the m2n plan does not fit this worker",
         fmt::format("worker rank {} is not in 0..{}", worker_rank,
                     plan.inference.worker_ranks() - 1));
-  const int t = worker_rank % tp;
-  std::unordered_map<std::string, const WorkerParam*> held;
+  const int t = worker_rank % plan.inference.tensor_parallel;
+  check_held_params(planned_params(plan, t), params, worker_rank, t);
+}
+
+void check_held_params(const std::vector<WorkerParam>& expected,
+                       const std::vector<WorkerParam>& params, int worker_rank, int tp_rank) {
+  std::unordered_map<std::string_view, const WorkerParam*> held;
   for (const WorkerParam& p : params) held[p.name] = &p;
-  std::size_t planned = 0;
   const std::string what = fmt::format("the m2n plan does not fit worker rank {}", worker_rank);
-  for (const GroupPlan& g : plan.groups) {
-    const Box need = needed_box(g.shape, g.tp_dim, tp, t);
-    std::vector<int64_t> local(g.shape.size());
-    for (std::size_t d = 0; d < local.size(); ++d) local[d] = need.hi[d] - need.lo[d];
-    for (const std::string& name : g.names) {
-      auto it = held.find(name);
-      if (it == held.end())
-        bad(what,
-            fmt::format("the plan sends parameter '{}', which this worker does not hold", name));
-      const WorkerParam& w = *it->second;
-      if (!(w.dtype == g.dtype) || w.local_shape != local)
-        bad(what, fmt::format("parameter '{}' is planned as {} [{}] for tensor-parallel rank {}, "
-                              "but this worker holds it as {} [{}]",
-                              name, dtype_text(g.dtype), fmt::join(local, ", "), t,
-                              dtype_text(w.dtype), fmt::join(w.local_shape, ", ")));
-      ++planned;
-    }
+  for (const WorkerParam& e : expected) {
+    auto it = held.find(e.name);
+    if (it == held.end())
+      bad(what,
+          fmt::format("the plan sends parameter '{}', which this worker does not hold", e.name));
+    const WorkerParam& w = *it->second;
+    if (!(w.dtype == e.dtype) || w.local_shape != e.local_shape)
+      bad(what, fmt::format("parameter '{}' is planned as {} [{}] for tensor-parallel rank {}, "
+                            "but this worker holds it as {} [{}]",
+                            e.name, dtype_text(e.dtype), fmt::join(e.local_shape, ", "), tp_rank,
+                            dtype_text(w.dtype), fmt::join(w.local_shape, ", ")));
   }
-  if (planned != params.size()) {
-    std::unordered_set<std::string_view> in_plan;
-    for (const GroupPlan& g : plan.groups)
-      for (const std::string& name : g.names) in_plan.insert(name);
-    std::unordered_set<std::string_view> seen_here;
-    for (const WorkerParam& p : params) {
-      if (!seen_here.insert(p.name).second)
-        bad(what, fmt::format("this worker lists parameter '{}' twice", p.name));
-      if (!in_plan.count(p.name))
-        bad(what, fmt::format("this worker holds parameter '{}', which no plan entry covers: "
-                              "it would keep stale weights",
-                              p.name));
-    }
+  if (expected.size() == params.size()) return;
+  std::unordered_set<std::string_view> in_plan;
+  for (const WorkerParam& e : expected) in_plan.insert(e.name);
+  std::unordered_set<std::string_view> seen_here;
+  for (const WorkerParam& p : params) {
+    if (!seen_here.insert(p.name).second)
+      bad(what, fmt::format("this worker lists parameter '{}' twice", p.name));
+    if (!in_plan.count(p.name))
+      bad(what, fmt::format("this worker holds parameter '{}', which no plan entry covers: "
+                            "it would keep stale weights",
+                            p.name));
   }
 }
 

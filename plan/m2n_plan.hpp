@@ -101,5 +101,10 @@ struct WorkerParam {
 // worker lacks, or holds with another dtype or local shape, or a worker parameter the plan does
 // not cover.
 void check_worker(const Plan& plan, int worker_rank, const std::vector<WorkerParam>& params);
+// What tensor-parallel rank `tp_rank` holds of every planned parameter, in the plan's order.
+std::vector<WorkerParam> planned_params(const Plan& plan, int tp_rank);
+// check_worker's test against any list of what the worker must hold (engine_layout.hpp's too).
+void check_held_params(const std::vector<WorkerParam>& expected,
+                       const std::vector<WorkerParam>& params, int worker_rank, int tp_rank);
 
 }  // namespace wt::m2n

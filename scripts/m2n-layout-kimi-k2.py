@@ -5,7 +5,12 @@ replicas of tensor-parallel 8 with vLLM's rules (column-parallel layers and the 
 along dim 0, row-parallel along dim 1, MLA's down-projections, norms and the router replicated).
 
     scripts/m2n-layout-kimi-k2.py > configs/layouts/kimi-k2-1t.json
+    scripts/m2n-layout-kimi-k2.py --engine > configs/layouts/kimi-k2-1t-engine.json
     build/bin/wt plan configs/layouts/kimi-k2-1t.json --anchor-s 1.3
+
+--engine adds vLLM's own parameters for the model (DeepseekV2 in vLLM): MLA's q_a and kv_a
+projections fused into fused_qkv_a_proj, gate and up fused into gate_up_proj (the dense layer and
+the shared experts), and each MoE layer's 384 experts stacked into w13_weight and w2_weight.
 """
 import json
 import sys
@@ -71,5 +76,20 @@ layout = {
         ],
     },
 }
+if "--engine" in sys.argv[1:]:
+    layout["description"] = ("Kimi-K2 (1 T parameters) into vLLM's own parameters (fused "
+                             "projections, stacked experts): 256 FSDP trainer ranks -> 16 x TP 8")
+    layout["engine"] = [
+        {"fuse": "*.self_attn.fused_qkv_a_proj.weight",
+         "parts": ["*.self_attn.q_a_proj.weight", "*.self_attn.kv_a_proj_with_mqa.weight"]},
+        {"stack": "*.mlp.experts.w13_weight", "experts": experts,
+         "parts": ["*.mlp.experts.#.gate_proj.weight", "*.mlp.experts.#.up_proj.weight"]},
+        {"stack": "*.mlp.experts.w2_weight", "experts": experts,
+         "parts": ["*.mlp.experts.#.down_proj.weight"]},
+        {"fuse": "*.mlp.shared_experts.gate_up_proj.weight",
+         "parts": ["*.mlp.shared_experts.gate_proj.weight", "*.mlp.shared_experts.up_proj.weight"]},
+        {"fuse": "*.mlp.gate_up_proj.weight",
+         "parts": ["*.mlp.gate_proj.weight", "*.mlp.up_proj.weight"]},
+    ]
 json.dump(layout, sys.stdout, indent=1)
 sys.stdout.write("\n")

@@ -12,6 +12,10 @@ for c in "${commands[@]}"; do
   out=$(eval "${c/build\/bin\/wt/\"$wt\"}") || { echo "$out"; echo "FAIL: $c"; exit 1; }
   echo "$out"
   grep -q "m2n makespan:" <<<"$out" || { echo "FAIL: no makespan from: $c"; exit 1; }
+  if [[ $c == *-engine.json* ]]; then
+    grep -q "engine layout: 853 parameters per TP rank, 242 of them composed" <<<"$out" ||
+      { echo "FAIL: no engine layout line from: $c"; exit 1; }
+  fi
   if [[ $c == *float8_e4m3fn* ]]; then
     grep -q "on the wire: block FP8" <<<"$out" || { echo "FAIL: no FP8 line from: $c"; exit 1; }
   fi

@@ -79,6 +79,7 @@ struct RunSetup {
   int rounds = 2;
   std::string backend = "m2n";
   int receiver_tp = 1;  // worker ranks of each embedded receiver (wt serve --tensor-parallel-size)
+  int engine_tensors = 0;  // the tensors each worker rank holds under an engine_layout (0: none)
 };
 
 std::string config_text(const RunSetup& s) {
@@ -123,7 +124,9 @@ TEST_P(M2nSyncs, EveryRoundVerifiedOnEveryWorkerRank) {
   EXPECT_THAT(r.output, HasSubstr("OK: every round verified"));
   // Every tensor of the layout (tiny: 51, qwen2.5-0.5b: 290) on every worker rank, each round.
   const int workers = c.setup.receivers * c.setup.receiver_tp;
-  const int tensors = c.setup.model == "tiny" ? 51 : 290;
+  const int tensors = c.setup.engine_tensors > 0 ? c.setup.engine_tensors
+                      : c.setup.model == "tiny"  ? 51
+                                                 : 290;
   EXPECT_THAT(r.output, HasSubstr(fmt::format("verified {}/{} tensors", tensors * workers,
                                               tensors * workers)))
       << r.output;
@@ -133,6 +136,18 @@ constexpr const char* kTpRules =
     "  tensor_parallel: 2\n"
     "  tp_rules: [{match: \"*.o_proj.weight\", dim: 1}, {match: \"*.down_proj.weight\", dim: 1},\n"
     "             {match: \"*_proj.weight\", dim: 0}, {match: \"*embed_tokens*\", dim: 0}]";
+
+// The engine's own tensors: q, k and v fused (each TP-sliced first), the four layers' down
+// projections (split along dim 1) stacked as experts are: 51 tensors held as 40.
+constexpr const char* kEngineLayout =
+    "  tensor_parallel: 2\n"
+    "  tp_rules: [{match: \"*.o_proj.weight\", dim: 1}, {match: \"*.down_proj.weight\", dim: 1},\n"
+    "             {match: \"*_proj.weight\", dim: 0}, {match: \"*embed_tokens*\", dim: 0}]\n"
+    "  engine_layout:\n"
+    "    - {fuse: \"*.qkv_proj.weight\", parts: [\"*.q_proj.weight\", \"*.k_proj.weight\",\n"
+    "                                        \"*.v_proj.weight\"]}\n"
+    "    - {stack: model.layers.down_proj_stacked, experts: 4,\n"
+    "       parts: [\"model.layers.#.mlp.down_proj.weight\"]}";
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, M2nSyncs,
@@ -148,6 +163,9 @@ INSTANTIATE_TEST_SUITE_P(
              {2, 0, "bfloat16", 1, kTpRules, "tiny", 2, "m2n", 2}},
         Case{"three_ranks_columns_two_servers_of_tp2",
              {3, 1, "float32", 2, kTpRules, "tiny", 3, "m2n", 2}},
+        // Into the engine's own fused and stacked tensors, each rank's composed slices verified.
+        Case{"three_ranks_columns_engine_layout_one_server_of_tp2",
+             {3, 1, "bfloat16", 1, kEngineLayout, "tiny", 2, "m2n", 2, 40}},
         // Eight trainer ranks (a process each) into four `wt serve --tensor-parallel-size 2`.
         Case{"eight_ranks_rows_four_servers_of_tp2",
              {8, 0, "bfloat16", 4, kTpRules, "tiny", 2, "m2n", 2}},

@@ -11,6 +11,9 @@
 //   tp_rules                     [{match: glob, dim: d}], default none: the first rule whose glob
 //                                matches a name gives the dimension TP splits (-1 or no match:
 //                                every TP rank needs it whole)
+//   engine_layout                [rules], default none: the engine's own parameters composed from
+//                                the trainer's (fused projections, stacked experts, tied names;
+//                                plan/engine_layout.hpp), checked here and at every worker
 //   rendezvous_timeout_s, transfer_timeout_s  the deadlines (60, 300): forming, and a round
 //   stall_timeout_s              int, default 60: host memory, a round in which no byte moved on
 //                                the pair a rank waits on for this long fails
@@ -20,6 +23,7 @@
 #pragma once
 
 #include "../common/domain_init_info.hpp"
+#include "engine_rules.hpp"
 
 #include <wt/sdk/errors.hpp>
 
@@ -37,6 +41,7 @@ struct TpRule {
 struct M2nInitInfo final : plugins::DomainInitInfo {
   int64_t tensor_parallel = 1;
   std::vector<TpRule> tp_rules;
+  std::vector<EngineRule> engine_rules;
 
   int64_t worker_ranks() const { return rendezvous.world_size - 1; }
 
@@ -46,6 +51,7 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
     auto rules = nlohmann::json::array();
     for (const auto& r : tp_rules) rules.push_back({{"match", r.match}, {"dim", r.dim}});
     j["tp_rules"] = std::move(rules);
+    if (!engine_rules.empty()) j["engine_layout"] = engine_rules_to_json(engine_rules);
     return j;
   }
 
@@ -70,6 +76,14 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
                           "invalid {}: tp_rules[{}].dim must be -1 (whole) or a dimension 0..7",
                           r.what(), i);
         info->tp_rules.push_back(std::move(t));
+      }
+    }
+    if (r.has("engine_layout")) {
+      try {
+        info->engine_rules =
+            engine_rules_from_json(r.raw("engine_layout"), r.what() + ", engine_layout");
+      } catch (const sdk::Error& e) {
+        sdk::fail_field("engine_layout", e.code(), "{}", e.what());
       }
     }
     r.finish();

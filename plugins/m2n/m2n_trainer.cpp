@@ -11,6 +11,7 @@
 #include "../common/session_secret.hpp"
 #include "../common/tcp_store.hpp"
 #include "box_copy.hpp"
+#include "engine_layout.hpp"
 #include "m2n_holdings.hpp"
 #include "m2n_wire.hpp"
 #include "nccl_transfers.hpp"
@@ -165,6 +166,12 @@ void M2nTrainer::compile(const std::vector<RankHoldings>& per_rank, const M2nIni
   // What the workers will accept, checked here: a plan they would refuse fails trainer_init now,
   // naming the parameter, instead of after the rendezvous deadline.
   plan_from_json(plan_to_json(plan_), "the m2n plan this trainer made");
+  // And the engine layout: what every worker composes from the plan, refused here first.
+  if (!info.engine_rules.empty()) try {
+      compose_engine(plan_, info.engine_rules, "init_info for backend 'm2n', engine_layout");
+    } catch (const sdk::Error& e) {
+      sdk::fail_field("engine_layout", e.code(), "{}", e.what());
+    }
   index_ = std::make_unique<PlanIndex>(plan_);
   sends_ = sends_of(plan_, *index_, names_, rank_);
   pair_pieces_.assign(workers, 0);
@@ -194,6 +201,8 @@ nlohmann::json M2nTrainer::worker_init_info(const M2nInitInfo& info,
                                 {"plan", plan_to_json(plan_)},
                                 {"plan_digest", plan_digest(plan_)},
                                 {plugins::kTrainerRendezvousKey, info.rendezvous_timeout_s}};
+  if (!info.engine_rules.empty())
+    worker_info["engine_layout"] = engine_rules_to_json(info.engine_rules);
   if (cuda_device_ >= 0) {
     worker_info["nccl_unique_id_b64"] = unique_id;
   } else {

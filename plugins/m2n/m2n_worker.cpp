@@ -6,6 +6,7 @@
 #include "../common/nccl_communicator.hpp"
 #include "../common/session_keys.hpp"
 #include "box_copy.hpp"
+#include "engine_layout.hpp"
 #include "nccl_transfers.hpp"
 #include "pair_transfers.hpp"
 
@@ -67,6 +68,8 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
   const nlohmann::json plan_json = r.raw("plan");
   const std::string digest = r.get_string("plan_digest");
   const int64_t wire = r.has("wire") ? r.get_int("wire") : 1;  // m2n 0.1 sent none
+  const nlohmann::json engine_json =
+      r.has("engine_layout") ? r.raw("engine_layout") : nlohmann::json::array();
   const auto trainer_rendezvous = plugins::read_trainer_rendezvous(r);
   r.finish();
   if (wire != kWire)
@@ -106,6 +109,17 @@ M2nWorker::M2nWorker(const sdk::WorkerContext& context, const nlohmann::json& in
          what, plan_.inference.worker_ranks(), plan_.inference.replicas,
          plan_.inference.tensor_parallel, world_size, world_size - 1);
   index_ = std::make_unique<PlanIndex>(plan_);
+  try {  // the engine's own parameters, composed from the plan's (no rules: the plan's own)
+    engine_ = compose_engine(plan_, engine_rules_from_json(engine_json, what + ", engine_layout"),
+                             what + ", engine_layout");
+  } catch (const sdk::Error& e) {
+    sdk::fail_field("engine_layout", e.code(), "{}", e.what());
+  }
+  for (const EngineTensor& t : engine_.tensors) {
+    uint64_t n = element_size(t.dtype);
+    for (int64_t d : t.local_shape) n *= static_cast<uint64_t>(d);
+    engine_bytes_.push_back(n);
+  }
   plugins::read_worker_deadlines(context, "m2n", o, trainer_rendezvous);
   worker_rank_ = static_cast<int>(rank_offset - 1);
   if (!rank_keys.is_null()) o.rank_key = plugins::own_rank_key(rank_keys, rank_offset, what);
@@ -199,7 +213,8 @@ void M2nWorker::check_held(const std::vector<ParamMeta>& held) const {
   std::vector<WorkerParam> params;
   params.reserve(held.size());
   for (const auto& m : held) params.push_back({m.name, m.dtype, m.shape});
-  check_worker(plan_, worker_rank_, params);
+  check_held_params(engine_params(engine_), params, worker_rank_,
+                    worker_rank_ % plan_.inference.tensor_parallel);
 }
 
 void M2nWorker::check_update(const plugins::ParamList& list) const {
@@ -282,7 +297,8 @@ void M2nWorker::receive_list(const plugins::ParamList& list, const sdk::LoaderRe
   try {
     place(list, loader);
     receive_messages(round);
-    hand_over(list, loader);
+    copy_ties();
+    hand_over(loader);
   } catch (...) {
     transfers_->discard();  // the trainer ranks' pieces of this round will never be taken
     throw;
@@ -325,6 +341,8 @@ const M2nWorker::Schedule& M2nWorker::schedule_for(const plugins::ParamList& lis
     }
     s.strides[i] = compact_strides(s.shapes[i]);
     s.bytes_of[i] = n;
+    const EnginePlace& at = engine_.place_of(params[i].name);
+    s.engine_at.push_back({at.tensor, at.element_offset * element_size(g.dtype)});
   }
   s.table = compile_table(
       receives, messages_of(receives, trainers), s.names,
@@ -344,32 +362,57 @@ const M2nWorker::Schedule& M2nWorker::schedule_for(const plugins::ParamList& lis
   offsets_.assign(s.table.messages.size(), 0);
   ops_.assign(s.table.messages.size(), 0);
   places_.assign(params.size(), nullptr);
-  offered_.assign(params.size(), false);
-  own_.resize(params.size());
-  own_device_.resize(device_ >= 0 ? params.size() : 0);
+  const std::size_t tensors = engine_.tensors.size();
+  engine_places_.assign(tensors, nullptr);
+  offered_.assign(tensors, false);
+  own_.resize(tensors);
+  own_device_.resize(device_ >= 0 ? tensors : 0);
   schedule_ = std::move(s);
   scheduled_ = true;
   return schedule_;
 }
 
 void M2nWorker::place(const plugins::ParamList& list, const sdk::LoaderRef& loader) {
-  const auto& params = list.params;
-  const Schedule& s = schedule_;
   const DLDevice here = device_ >= 0 ? DLDevice{kDLCUDA, device_} : DLDevice{kDLCPU, 0};
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    ParamMeta local{params[i].name, params[i].dtype, s.shapes[i]};
-    auto dst = loader.destination(local);
-    offered_[i] = dst && dst->device.device_type == here.device_type &&
+  // Where each engine tensor lands: the loader's memory where it offers some, else ours; a tied
+  // name the loader keeps no memory for is the tensor it is tied to.
+  for (std::size_t k = 0; k < engine_.tensors.size(); ++k) {
+    const EngineTensor& t = engine_.tensors[k];
+    auto dst = loader.destination(ParamMeta{t.name, t.dtype, t.local_shape});
+    offered_[k] = dst && dst->device.device_type == here.device_type &&
                   dst->device.device_id == here.device_id && is_compact(*dst);
-    if (offered_[i]) {
-      places_[i] = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
+    if (offered_[k]) {
+      engine_places_[k] = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
+    } else if (t.tied_to >= 0) {
+      engine_places_[k] = nullptr;  // after the loop: the tensor it is tied to
     } else if (device_ >= 0) {
-      if (own_device_[i].size() != s.bytes_of[i])
-        own_device_[i] = plugins::DeviceBytes(device_, s.bytes_of[i]);
-      places_[i] = own_device_[i].data();
+      if (own_device_[k].size() != engine_bytes_[k])
+        own_device_[k] = plugins::DeviceBytes(device_, engine_bytes_[k]);
+      engine_places_[k] = own_device_[k].data();
     } else {
-      own_[i] = std::make_unique_for_overwrite<unsigned char[]>(s.bytes_of[i]);  // no zero fill
-      places_[i] = own_[i].get();
+      own_[k] = std::make_unique_for_overwrite<unsigned char[]>(engine_bytes_[k]);  // no zero fill
+      engine_places_[k] = own_[k].get();
+    }
+  }
+  for (std::size_t k = 0; k < engine_.tensors.size(); ++k)
+    if (engine_places_[k] == nullptr)
+      engine_places_[k] = engine_places_[static_cast<std::size_t>(engine_.tensors[k].tied_to)];
+  for (std::size_t i = 0; i < list.params.size(); ++i)
+    places_[i] = engine_places_[schedule_.engine_at[i].tensor] + schedule_.engine_at[i].byte_offset;
+}
+
+void M2nWorker::copy_ties() {
+  for (std::size_t k = 0; k < engine_.tensors.size(); ++k) {
+    const int64_t to = engine_.tensors[k].tied_to;
+    if (to < 0) continue;
+    const unsigned char* from = engine_places_[static_cast<std::size_t>(to)];
+    if (engine_places_[k] == from) continue;  // one tensor under two names
+    if (device_ >= 0) {
+      void* stream = static_cast<NcclTransfers&>(*transfers_).stream();
+      plugins::copy_async(device_, engine_places_[k], from, engine_bytes_[k], stream);
+      plugins::wait_stream(device_, stream);
+    } else {
+      std::memcpy(engine_places_[k], from, engine_bytes_[k]);
     }
   }
 }
@@ -437,25 +480,25 @@ void M2nWorker::receive_messages(uint32_t round) {
   if (device_ >= 0) plugins::wait_stream(device_, stream);  // every byte in place
 }
 
-void M2nWorker::hand_over(const plugins::ParamList& list, const sdk::LoaderRef& loader) {
-  const auto& params = list.params;
+void M2nWorker::hand_over(const sdk::LoaderRef& loader) {
   const DLDevice here = device_ >= 0 ? DLDevice{kDLCUDA, device_} : DLDevice{kDLCPU, 0};
   views_.clear();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (offered_[i]) {
-      loader.written(params[i].name);
+  for (std::size_t k = 0; k < engine_.tensors.size(); ++k) {
+    EngineTensor& t = engine_.tensors[k];
+    if (offered_[k]) {
+      loader.written(t.name);
       continue;
     }
-    wt_tensor t{};
-    t.name = params[i].name.c_str();
-    t.tensor = DLTensor{places_[i],
+    wt_tensor v{};
+    v.name = t.name.c_str();
+    v.tensor = DLTensor{engine_places_[k],
                         here,
-                        static_cast<int32_t>(schedule_.shapes[i].size()),
-                        params[i].dtype,
-                        schedule_.shapes[i].data(),
+                        static_cast<int32_t>(t.local_shape.size()),
+                        t.dtype,
+                        t.local_shape.data(),
                         nullptr,
                         0};
-    views_.push_back(t);
+    views_.push_back(v);
   }
   if (views_.empty()) return;
   loader.load(views_);
@@ -463,10 +506,10 @@ void M2nWorker::hand_over(const plugins::ParamList& list, const sdk::LoaderRef& 
   if (device_ >= 0) plugins::wait_stream(device_, stream_);
   // A loader that copies out gets the round in memory of ours, given back now: between rounds
   // the worker holds no second copy of its slice.
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (!offered_[i]) {
-      own_[i].reset();
-      if (device_ >= 0) own_device_[i] = plugins::DeviceBytes();
+  for (std::size_t k = 0; k < engine_.tensors.size(); ++k)
+    if (!offered_[k]) {
+      own_[k].reset();
+      if (device_ >= 0) own_device_[k] = plugins::DeviceBytes();
     }
 }
 

@@ -10,6 +10,7 @@
 #include "../common/device_bytes.hpp"
 #include "../common/param_list.hpp"
 #include "../common/update_text_cache.hpp"
+#include "engine_layout.hpp"
 #include "m2n_plan.hpp"
 #include "m2n_schedule.hpp"
 #include "m2n_wire.hpp"
@@ -48,7 +49,8 @@ class M2nWorker final : public sdk::WorkerBase {
   // compiled table, executed); the parameters handed over.
   void place(const plugins::ParamList& list, const sdk::LoaderRef& loader);
   void receive_messages(uint32_t round);
-  void hand_over(const plugins::ParamList& list, const sdk::LoaderRef& loader);
+  void copy_ties();  // a tied name the loader keeps in memory of its own gets the same bytes
+  void hand_over(const sdk::LoaderRef& loader);
   // Refuses an update that does not name exactly the planned parameters, as planned.
   void check_update(const plugins::ParamList& list) const;
   // The model the host says this worker holds, against what the plan will send this rank
@@ -59,6 +61,10 @@ class M2nWorker final : public sdk::WorkerBase {
   int worker_rank_ = 0, trainers_ = 1;
   Plan plan_;
   std::unique_ptr<PlanIndex> index_;
+  // The engine's tensors (the plan's own parameters when the trainer sent no engine layout), what
+  // the host holds and is handed: each planned parameter's slice lies back to back in one.
+  EngineLayout engine_;
+  std::vector<uint64_t> engine_bytes_;
   uint32_t round_ = 0;
   std::mutex mu_;  // guards active_
   bool active_ = false;
@@ -74,6 +80,11 @@ class M2nWorker final : public sdk::WorkerBase {
     std::vector<Box> needed;
     std::vector<std::vector<int64_t>> shapes, strides;
     std::vector<uint64_t> bytes_of;
+    struct At {
+      uint32_t tensor = 0;  // the engine tensor its slice lies in (engine_layout.hpp)
+      uint64_t byte_offset = 0;
+    };
+    std::vector<At> engine_at;
     RoundTable table;  // the round's messages, compiled (round_table.hpp)
   };
   const Schedule& schedule_for(const plugins::ParamList& list);
@@ -88,8 +99,9 @@ class M2nWorker final : public sdk::WorkerBase {
   std::vector<uint64_t> offsets_;                      // per message: its place in the ring
   std::vector<std::size_t> ops_;                       // per message: its posted() number
   std::vector<unsigned char*> places_;                 // per parameter: where it lands
-  std::vector<bool> offered_;                          // per parameter: in the loader's memory
-  std::vector<std::unique_ptr<unsigned char[]>> own_;  // per parameter not offered: ours
+  std::vector<unsigned char*> engine_places_;          // per engine tensor: where it lies
+  std::vector<bool> offered_;                          // per engine tensor: the loader's memory
+  std::vector<std::unique_ptr<unsigned char[]>> own_;  // per engine tensor not offered: ours
   std::vector<plugins::DeviceBytes> own_device_;       // CUDA
   std::vector<CopyBatchItem> batch_;
   std::vector<wt_tensor> views_;

@@ -88,6 +88,17 @@ class PyEngineSession {
     WorkerOptions o;
     o.device = parse_device(device);
     if (!options.is_none()) o.backend_options = json_object(options, "options");
+    // What the engine holds, so that a backend whose init fixes what arrives (m2n's plan and
+    // engine layout) refuses a disagreement at init, naming the parameter.
+    for (auto item : params.attr("items")()) {
+      auto pair = py::reinterpret_borrow<py::tuple>(item);
+      const std::string name = py::str(pair[0]);
+      py::object t = pair[1];
+      if (py::hasattr(t, "detach")) t = t.attr("detach")();
+      Held h = to_dlpack(t, "parameter '{}'", name);
+      const DLTensor& d = h.tensor();
+      o.held.push_back({name, d.dtype, std::vector<int64_t>(d.shape, d.shape + d.ndim)});
+    }
     memory_ = std::make_unique<ParamsMemory>(std::move(params));
     session_ = std::make_unique<EngineSession>(backend, *memory_, o);
   }
