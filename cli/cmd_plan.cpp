@@ -8,6 +8,7 @@
 #include <wt/sdk/errors.hpp>
 #include <wt/services/yaml_json.hpp>
 
+#include "block_fp8_layout.hpp"
 #include "engine_layout.hpp"
 #include "m2n_plan.hpp"
 
@@ -48,8 +49,8 @@ struct PlanOpts {
   int replicas = 0, tensor_parallel = 0;  // 0: as the layout says
 };
 
-m2n::WireDtype wire_of(const PlanOpts& o) {
-  return o.wire_dtype == "float8_e4m3fn" ? m2n::WireDtype::kBlockFp8 : m2n::WireDtype::kAsHeld;
+bool block_fp8(const PlanOpts& o) {
+  return o.wire_dtype == "float8_e4m3fn";
 }
 
 // What one replica receives per round: the sum over its tensor-parallel ranks.
@@ -63,17 +64,24 @@ uint64_t replica_bytes(const m2n::Plan& plan, const m2n::PlanStats& stats) {
 struct ModelSize {
   std::size_t tensors = 0;
   double params = 0;
+  uint64_t held_bytes = 0;  // one copy of the model as the trainer holds it
+  m2n::Fp8Selection fp8;    // --wire-dtype float8_e4m3fn: the weights sent so
   // The engine's own parameters per TP rank, where the layout composes them ("engine").
   std::size_t engine_tensors = 0, engine_composed = 0;
 };
 
-ModelSize model_size(const m2n::Plan& plan) {
+ModelSize model_size(const m2n::Layout& layout) {
   ModelSize m;
-  for (const auto& g : plan.groups) {
+  for (const auto& g : layout.groups) {
     double numel = 1;
-    for (int64_t d : g.shape) numel *= static_cast<double>(d);
+    uint64_t bytes = element_size(g.dtype);
+    for (int64_t d : g.shape) {
+      numel *= static_cast<double>(d);
+      bytes *= static_cast<uint64_t>(d);
+    }
     m.tensors += g.names.size();
     m.params += numel * static_cast<double>(g.names.size());
+    m.held_bytes += bytes * g.names.size();
   }
   return m;
 }
@@ -146,7 +154,12 @@ void print_plan_json(const PlanOpts& o, const m2n::Plan& plan, const m2n::PlanSt
                       {"digest", digest},
                       {"wire_dtype", o.wire_dtype},
                       {"replica_bytes", replica_bytes(plan, stats)},
+                      {"held_model_bytes", size.held_bytes},
                       {"plan_seconds", took}};
+  if (block_fp8(o)) {
+    j["fp8_weights"] = size.fp8.weights;
+    j["fp8_kept_for_tp"] = size.fp8.kept_tp;
+  }
   if (size.engine_tensors > 0) {
     j["engine_tensors"] = size.engine_tensors;
     j["engine_composed"] = size.engine_composed;
@@ -160,7 +173,7 @@ void print_plan_text(const PlanOpts& o, const m2n::Plan& plan, const m2n::PlanSt
   const Extremes& t = c.t;
   const Extremes& w = c.w;
   fmt::print("layout: {:.4g} G parameters in {} tensors ({} groups), {:.2f} GB\n",
-             size.params / 1e9, size.tensors, plan.groups.size(), gb(stats.model_bytes));
+             size.params / 1e9, size.tensors, plan.groups.size(), gb(size.held_bytes));
   fmt::print("ranks: {} trainer -> {} worker ({} replicas x tensor-parallel {})\n",
              plan.trainer_ranks, plan.inference.worker_ranks(), plan.inference.replicas,
              plan.inference.tensor_parallel);
@@ -171,14 +184,21 @@ void print_plan_text(const PlanOpts& o, const m2n::Plan& plan, const m2n::PlanSt
         "engine layout: {} parameters per TP rank, {} of them composed (fused, stacked or "
         "tied); each part's slice lies back to back in its engine parameter\n",
         size.engine_tensors, size.engine_composed);
-  if (wire_of(o) == m2n::WireDtype::kBlockFp8)
+  if (block_fp8(o)) {
     fmt::print(
-        "on the wire: block FP8 (float8_e4m3fn, 128 x 128 blocks, fp32 scales) where an FP8 "
-        "engine stores it, the rest as held\n");
+        "on the wire: block FP8 for {} weights (float8_e4m3fn, 128 x 128 blocks, fp32 scales "
+        "<name>_scale_inv), the rest as held\n",
+        size.fp8.weights);
+    if (size.fp8.kept_tp > 0)
+      fmt::print(
+          "kept as held: {} weight(s) whose tensor-parallel slices would cut blocks (first: "
+          "'{}')\n",
+          size.fp8.kept_tp, size.fp8.first_kept_tp);
+  }
   fmt::print(
       "received per replica:      {:10.3f} GB ({:.3f} x the model as held)\n",
       gb(replica_bytes(plan, stats)),
-      static_cast<double>(replica_bytes(plan, stats)) / static_cast<double>(stats.model_bytes));
+      static_cast<double>(replica_bytes(plan, stats)) / static_cast<double>(size.held_bytes));
   fmt::print("sent per trainer rank:     {:10.3f} GB max (rank {}), {:10.3f} GB min\n", gb(t.max),
              t.busiest, gb(t.min));
   fmt::print("received per worker rank:  {:10.3f} GB max (rank {}), {:10.3f} GB min\n", gb(w.max),
@@ -234,22 +254,22 @@ Run add_plan_command(CLI::App& app) {
       if (o->replicas > 0) doc["inference"]["replicas"] = o->replicas;
       if (o->tensor_parallel > 0) doc["inference"]["tensor_parallel"] = o->tensor_parallel;
     }
-    m2n::Layout layout;
-    m2n::Plan plan;
-    m2n::PlanStats stats;
-    layout = m2n::layout_from_json(doc, "layout " + o->layout);
-    plan = m2n::compute_plan(layout);
-    stats = m2n::plan_stats(plan, wire_of(*o));
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    ModelSize size = model_size(plan);
-    if (!layout.engine.empty()) {  // checked as an m2n init checks it
+    const m2n::Layout layout = m2n::layout_from_json(doc, "layout " + o->layout);
+    ModelSize size = model_size(layout);
+    // Block FP8: the plan of what goes on the wire, weights and scales (block_fp8_layout.hpp).
+    const m2n::Layout wire =
+        block_fp8(*o) ? m2n::block_fp8_layout(layout, "layout " + o->layout, &size.fp8) : layout;
+    const m2n::Plan plan = m2n::compute_plan(wire);
+    const m2n::PlanStats stats = m2n::plan_stats(plan);
+    if (!wire.engine.empty()) {  // checked as an m2n init checks it
       const auto engine =
-          m2n::compose_engine(plan, layout.engine, "layout " + o->layout + ", engine");
+          m2n::compose_engine(plan, wire.engine, "layout " + o->layout + ", engine");
       size.engine_tensors = engine.tensors.size();
       size.engine_composed = engine.composed;
     }
-    const PlanCosts costs = plan_costs(*o, layout, stats);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const PlanCosts costs = plan_costs(*o, wire, stats);
     const std::string digest = m2n::plan_digest(plan);
     if (!o->write_plan.empty()) write_plan_file(plan, o->write_plan);
     if (o->json) {

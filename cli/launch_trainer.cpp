@@ -115,7 +115,7 @@ class TensorParallelSlices {
       const auto box = m2n::needed_box(m.shape, tp_ > 1 ? dim_of(m) : -1, tp_, 0);
       std::vector<int64_t> local(m.shape.size());
       for (std::size_t d = 0; d < local.size(); ++d) local[d] = box.hi[d] - box.lo[d];
-      sent.push_back({m.name, m.dtype, local});
+      sent.push_back({m.name, m.dtype, local, tp_ > 1 ? dim_of(m) : -1});
     }
     const auto engine = m2n::compose_engine(sent, engine_rules_, "engine_layout");
     std::vector<std::vector<unsigned char>> bytes(engine.tensors.size());

@@ -249,18 +249,7 @@ bool sent_as_fp8(const std::string& name, const std::vector<int64_t>& shape, DLD
   return true;
 }
 
-uint64_t fp8_piece_bytes(const Box& box) {
-  const std::size_t n = box.lo.size();
-  uint64_t blocks = 1;
-  for (std::size_t d = 0; d < n; ++d) {
-    const auto lo = static_cast<uint64_t>(box.lo[d]), hi = static_cast<uint64_t>(box.hi[d]);
-    // The last two dims are cut in blocks of 128 (of the whole tensor); the others count each.
-    blocks *= d + 2 >= n ? (hi + 127) / 128 - lo / 128 : hi - lo;
-  }
-  return volume(box) + 4 * blocks;
-}
-
-PlanStats plan_stats(const Plan& plan, WireDtype wire) {
+PlanStats plan_stats(const Plan& plan) {
   PlanStats s;
   s.trainer_bytes.assign(static_cast<std::size_t>(plan.trainer_ranks), 0);
   s.worker_bytes.assign(static_cast<std::size_t>(plan.inference.worker_ranks()), 0);
@@ -273,27 +262,13 @@ PlanStats plan_stats(const Plan& plan, WireDtype wire) {
     uint64_t numel = 1;
     for (int64_t d : g.shape) numel *= static_cast<uint64_t>(d);
     s.model_bytes += members * numel * element_size(g.dtype);
-    // Runs of members sent alike (FP8, or as held: one run for a layout's groups), each run's
-    // sends charged to the holders whose turn they are (Plan::sender).
-    std::vector<std::pair<uint64_t, bool>> runs;  // (end member, FP8)
-    for (uint64_t m = 0; m < members; ++m) {
-      const bool fp8 = wire == WireDtype::kBlockFp8 && sent_as_fp8(g.names[m], g.shape, g.dtype);
-      if (runs.empty() || runs.back().second != fp8) runs.emplace_back(m, fp8);
-      runs.back().first = m + 1;
-    }
     for (const Piece& p : g.pieces) {
-      uint64_t begin = 0;
-      for (const auto& [end, fp8] : runs) {
-        const uint64_t bytes = fp8 ? fp8_piece_bytes(p.box) : piece_bytes(p, g.dtype);
-        shares(
-            p, (end - begin) * static_cast<uint64_t>(replicas),
-            [&](int rank, uint64_t sends) {
-              s.trainer_bytes[static_cast<std::size_t>(rank)] += sends * bytes;
-            },
-            begin * static_cast<uint64_t>(replicas));
-        per_tp_rank[static_cast<std::size_t>(p.tp_rank)] += (end - begin) * bytes;
-        begin = end;
-      }
+      const uint64_t bytes = piece_bytes(p, g.dtype);
+      // Each member's sends charged to the holders whose turn they are (Plan::sender).
+      shares(p, members * static_cast<uint64_t>(replicas), [&](int rank, uint64_t sends) {
+        s.trainer_bytes[static_cast<std::size_t>(rank)] += sends * bytes;
+      });
+      per_tp_rank[static_cast<std::size_t>(p.tp_rank)] += members * bytes;
       s.pieces += members * static_cast<uint64_t>(replicas);
     }
   }
@@ -520,7 +495,7 @@ std::vector<WorkerParam> planned_params(const Plan& plan, int tp_rank) {
     const Box need = needed_box(g.shape, g.tp_dim, plan.inference.tensor_parallel, tp_rank);
     std::vector<int64_t> local(g.shape.size());
     for (std::size_t d = 0; d < local.size(); ++d) local[d] = need.hi[d] - need.lo[d];
-    for (const std::string& name : g.names) out.push_back({name, g.dtype, local});
+    for (const std::string& name : g.names) out.push_back({name, g.dtype, local, g.tp_dim});
   }
   return out;
 }

@@ -67,20 +67,12 @@ struct PlanStats {
   uint64_t model_bytes = 0;             // one copy of every parameter
   uint64_t pieces = 0;                  // point-to-point sends per round (all members, replicas)
 };
-// What goes on the wire: every parameter in the dtype it is held in, or block FP8 for the ones
-// an FP8 inference engine stores that way (plugins/common/block_fp8.hpp: float8_e4m3fn values in
-// 128 x 128 blocks of the last two dimensions, one fp32 scale per block) while the others keep
-// their dtype.
-enum class WireDtype { kAsHeld, kBlockFp8 };
-// Whether block FP8 sends parameter `name`: a floating-point weight of two or more dimensions,
-// except those FP8 checkpoints keep in high precision, by name: embeddings (*embed*), the LM head
-// (*lm_head*), norms (*norm*) and MoE routers (*.gate.weight, *router*).
+// Whether block FP8 sends parameter `name` (block_fp8_layout.hpp): a floating-point weight of two
+// or more dimensions, except those FP8 checkpoints keep in high precision, by name: embeddings
+// (*embed*), the LM head (*lm_head*), norms (*norm*) and MoE routers (*.gate.weight, *router*).
 bool sent_as_fp8(const std::string& name, const std::vector<int64_t>& shape, DLDataType dtype);
-// The bytes of a piece of a [..., rows, cols] parameter in block FP8: its values and the scales
-// of the blocks it covers (a piece starting inside a block counts that block's scale).
-uint64_t fp8_piece_bytes(const Box& box);
 
-PlanStats plan_stats(const Plan& plan, WireDtype wire = WireDtype::kAsHeld);
+PlanStats plan_stats(const Plan& plan);
 
 // The plan as plain JSON for the worker init info, and back. from_json checks its form, that the
 // pieces of every group and tp rank cover the needed box exactly once (a parameter no piece
@@ -96,6 +88,7 @@ struct WorkerParam {
   std::string name;
   DLDataType dtype{};
   std::vector<int64_t> local_shape;  // its tensor-parallel slice
+  int tp_dim = -1;                   // the dimension TP splits (planned_params), -1: whole
 };
 // Refuses (WT_ERR_INVALID_ARGUMENT) naming the first disagreement: a planned parameter the
 // worker lacks, or holds with another dtype or local shape, or a worker parameter the plan does

@@ -157,7 +157,7 @@ TEST(EngineLayout, EveryRuleThatCannotComposeIsRefusedNamingTheRuleAndTheParamet
   EXPECT_THAT(refused(R"([{"fuse": "*.a.weight", "parts": ["*.q_proj.weight", "*.k_proj.weight"]},
                   {"fuse": "*.b.weight", "parts": ["*.v_proj.weight", "*.k_proj.weight"]}])"),
               HasSubstr("invalid engine_layout[1]: 'layers.0.k_proj.weight' is a part of engine "
-                        "parameter 'layers.0.a.weight' already"));
+                        "parameter 'layers.0.a.weight' (engine_layout[0]) already"));
   EXPECT_THAT(refused(R"([{"fuse": "*.qn", "parts": ["*.q_proj.weight", "*.norm.weight"]}])"),
               HasSubstr("invalid engine_layout[0]: 'layers.0.norm.weight' (float32 [8] per TP "
                         "rank) does not fuse with the parts before it into 'layers.0.qn' "
@@ -176,6 +176,66 @@ TEST(EngineLayout, EveryRuleThatCannotComposeIsRefusedNamingTheRuleAndTheParamet
                         "which is not an engine parameter the plan sends"));
   EXPECT_THAT(refused(R"([{"tie": "layers.0.norm.weight", "to": "embed.weight"}])"),
               HasSubstr("the trainer sends 'layers.0.norm.weight' too: a tied name is sent once"));
+  EXPECT_THAT(refused(R"([{"fuse": "*.kv.weight", "parts": ["*.k_proj.weight", "*.v_proj.weight"]},
+                          {"tie": "kv_alias", "to": "layers.0.k_proj.weight"}])"),
+              HasSubstr("invalid engine_layout[1]: 'kv_alias' is tied to 'layers.0.k_proj.weight', "
+                        "which is a part of engine parameter 'layers.0.kv.weight' "
+                        "(engine_layout[0]): tie to 'layers.0.kv.weight'"));
+  EXPECT_THAT(refused(R"([{"tie": "a", "to": "embed.weight"}, {"tie": "b", "to": "a"}])"),
+              HasSubstr("'b' is tied to 'a', which is a tied name itself: tie to 'embed.weight'"));
+  // A rule that matches nothing is a typo, not a no-op.
+  EXPECT_THAT(
+      refused(R"([{"fuse": "*.qkv.weight", "parts": ["*.query.weight", "*.k_proj.weight"]}])"),
+      HasSubstr("invalid engine_layout[0]: no trainer parameter that an earlier rule did "
+                "not take matches its first part '*.query.weight': the rule composes "
+                "nothing"));
+  // Two experts stacked as one would leave the second out of its stack.
+  EXPECT_THAT(refused(R"([{"stack": "*.experts.w2_weight", "experts": 1,
+                           "parts": ["*.experts.#.w2.weight"]}])"),
+              HasSubstr("'layers.0.experts.1.w2.weight' is sent too: "
+                        "'layers.0.experts.w2_weight' stacks 1 experts, the model has more"));
+}
+
+// Experts of another dtype, a part two patterns both name, parts TP splits differently, each
+// refused naming the part; and rules of unbounded size.
+TEST(EngineLayout, StackedExpertsOfAnotherDtypeOrSplitAndPartsNamedTwiceAreRefused) {
+  json params = json::array();
+  params.push_back(
+      {{"name", "e{}.w"}, {"ranges", {{0, 2}}}, {"dtype", "float32"}, {"shape", {4, 4}}});
+  params.push_back({{"name", "e2.w"}, {"dtype", "bfloat16"}, {"shape", {4, 4}}});
+  params.push_back(
+      {{"name", "e1{}.w"}, {"ranges", {{0, 1}}}, {"dtype", "float32"}, {"shape", {4, 4}}});
+  params.push_back({{"name", "a.w"}, {"dtype", "float32"}, {"shape", {4, 4}}});
+  params.push_back({{"name", "b.w"}, {"dtype", "float32"}, {"shape", {2, 8}}});
+  params.push_back({{"name", "xx"}, {"dtype", "float32"}, {"shape", {4, 4}}});
+  const json layout = {
+      {"parameters", params},
+      {"trainer", {{"ranks", 1}, {"holdings", {{{"match", "*"}, {"replicated", true}}}}}},
+      {"inference",
+       {{"replicas", 1},
+        {"tensor_parallel", 2},
+        {"rules", {{{"match", "b.w"}, {"dim", 1}}, {{"match", "a.w"}, {"dim", 0}}}}}}};
+  const Plan plan = compute_plan(layout_from_json(layout, "layout"));
+  auto refused = [&](const char* rules) {
+    return error_of([&] { compose_engine(plan, rules_of(json::parse(rules)), "engine_layout"); });
+  };
+  EXPECT_THAT(refused(R"([{"stack": "stacked", "experts": 3, "parts": ["e#.w"]}])"),
+              HasSubstr("invalid engine_layout[0]: 'e2.w' is bfloat16 [4, 4] per TP rank, the "
+                        "same part of expert 0 float32 [4, 4]: stacked experts share their "
+                        "dtypes, shapes and TP splits"));
+  // "*x" and "x*" both stand for "xx" when '*' is "x".
+  EXPECT_THAT(refused(R"([{"fuse": "f*", "parts": ["*x", "x*"]}])"),
+              HasSubstr("'xx' is named twice as a part of engine parameter 'fx'"));
+  EXPECT_THAT(refused(R"([{"fuse": "ab", "parts": ["a.w", "b.w"]}])"),
+              HasSubstr("invalid engine_layout[0]: 'b.w' is split by tensor parallelism along "
+                        "dimension 1, the parts before it in 'ab' along dimension 0"));
+  EXPECT_THAT(
+      error_of([] { rules_of(json::parse(R"([{"fuse": "x", "parts": ["a.w", "a.w"]}])")); }),
+      HasSubstr("part 'a.w' is listed twice"));
+  EXPECT_THAT(error_of([] {
+                rules_of(json::array({{{"fuse", std::string(600, 'x')}, {"parts", {"a"}}}}));
+              }),
+              HasSubstr("'fuse' is longer than 512 characters"));
 }
 
 TEST(EngineLayout, RulesOfTheWrongFormAreRefusedNamingTheField) {

@@ -14,6 +14,10 @@
 
 namespace wt {
 
+// DLPack 1.1's code for float8_e4m3fn (kDLFloat8_e4m3fn), which older dlpack.h headers lack:
+// the block-FP8 weights an FP8 inference engine holds (1 byte each; see docs/m2n.md).
+inline constexpr uint8_t kDLFloat8E4m3fnCode = 10;
+
 struct DtypeName {
   DLDataType dtype;
   std::string_view torch;        // vLLM's dtype_names entry
@@ -21,13 +25,17 @@ struct DtypeName {
 };
 
 inline constexpr DtypeName kDtypeNames[] = {
-    {{kDLFloat, 32, 1}, "float32", "F32"},    {{kDLFloat, 16, 1}, "float16", "F16"},
-    {{kDLBfloat, 16, 1}, "bfloat16", "BF16"}, {{kDLFloat, 64, 1}, "float64", "F64"},
-    {{kDLInt, 8, 1}, "int8", "I8"},           {{kDLInt, 16, 1}, "int16", "I16"},
-    {{kDLInt, 32, 1}, "int32", "I32"},        {{kDLInt, 64, 1}, "int64", "I64"},
+    {{kDLFloat, 32, 1}, "float32", "F32"},
+    {{kDLFloat, 16, 1}, "float16", "F16"},
+    {{kDLBfloat, 16, 1}, "bfloat16", "BF16"},
+    {{kDLFloat, 64, 1}, "float64", "F64"},
+    {{kDLInt, 8, 1}, "int8", "I8"},
+    {{kDLInt, 16, 1}, "int16", "I16"},
+    {{kDLInt, 32, 1}, "int32", "I32"},
+    {{kDLInt, 64, 1}, "int64", "I64"},
     {{kDLUInt, 8, 1}, "uint8", "U8"},
+    {{kDLFloat8E4m3fnCode, 8, 1}, "float8_e4m3fn", "F8_E4M3"},
 };
-
 
 inline std::optional<DLDataType> dtype_from_torch_name(std::string_view name) {
   for (const auto& d : kDtypeNames)

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 namespace wt::m2n {
 
@@ -213,8 +214,17 @@ void M2nWorker::check_held(const std::vector<ParamMeta>& held) const {
   std::vector<WorkerParam> params;
   params.reserve(held.size());
   for (const auto& m : held) params.push_back({m.name, m.dtype, m.shape});
-  check_held_params(engine_params(engine_), params, worker_rank_,
-                    worker_rank_ % plan_.inference.tensor_parallel);
+  try {
+    check_held_params(engine_params(engine_), params, worker_rank_,
+                      worker_rank_ % plan_.inference.tensor_parallel);
+  } catch (const sdk::Error& e) {
+    if (engine_.composed == 0) throw;
+    // A model held under other names (the trainer's, or another layout's) reads as missing.
+    fail(e.code(),
+         "{} (the trainer's engine_layout composes {} of the {} tensors it sends this "
+         "worker)",
+         e.what(), engine_.composed, engine_.tensors.size());
+  }
 }
 
 void M2nWorker::check_update(const plugins::ParamList& list) const {
@@ -343,6 +353,9 @@ const M2nWorker::Schedule& M2nWorker::schedule_for(const plugins::ParamList& lis
     s.bytes_of[i] = n;
     const EnginePlace& at = engine_.place_of(params[i].name);
     s.engine_at.push_back({at.tensor, at.element_offset * element_size(g.dtype)});
+    if (s.engine_at.back().byte_offset + n > engine_bytes_[at.tensor])  // composed wrongly
+      fail(WT_ERR_INTERNAL, "parameter '{}' would lie past the end of engine tensor '{}'",
+           params[i].name, engine_.tensors[at.tensor].name);
   }
   s.table = compile_table(
       receives, messages_of(receives, trainers), s.names,
@@ -381,6 +394,19 @@ void M2nWorker::place(const plugins::ParamList& list, const sdk::LoaderRef& load
     auto dst = loader.destination(ParamMeta{t.name, t.dtype, t.local_shape});
     offered_[k] = dst && dst->device.device_type == here.device_type &&
                   dst->device.device_id == here.device_id && is_compact(*dst);
+    // The parts land at offsets in the tensor asked for: one of another form would take them
+    // past its end.
+    if (offered_[k] && (dst->data == nullptr || !(dst->dtype == t.dtype) ||
+                        dst->ndim != static_cast<int32_t>(t.local_shape.size()) ||
+                        !std::equal(t.local_shape.begin(), t.local_shape.end(), dst->shape)))
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "the host's destination for '{}' is {} [{}], not the {} [{}] asked for; nothing of the "
+           "round was written",
+           t.name, torch_name(dst->dtype),
+           fmt::join(std::span<const int64_t>(dst->shape,
+                                              static_cast<std::size_t>(std::max(dst->ndim, 0))),
+                     ", "),
+           torch_name(t.dtype), fmt::join(t.local_shape, ", "));
     if (offered_[k]) {
       engine_places_[k] = static_cast<unsigned char*>(dst->data) + dst->byte_offset;
     } else if (t.tied_to >= 0) {
@@ -395,7 +421,7 @@ void M2nWorker::place(const plugins::ParamList& list, const sdk::LoaderRef& load
     }
   }
   for (std::size_t k = 0; k < engine_.tensors.size(); ++k)
-    if (engine_places_[k] == nullptr)
+    if (!offered_[k] && engine_.tensors[k].tied_to >= 0)
       engine_places_[k] = engine_places_[static_cast<std::size_t>(engine_.tensors[k].tied_to)];
   for (std::size_t i = 0; i < list.params.size(); ++i)
     places_[i] = engine_places_[schedule_.engine_at[i].tensor] + schedule_.engine_at[i].byte_offset;
