@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 using ::testing::HasSubstr;
@@ -184,6 +185,97 @@ TEST(BlockFp8, BlocksEqualTheReferenceWithEdgeBlocksAndARowSlice) {
           EXPECT_EQ(std::frexp(s, &e), 0.5f) << s;  // a power of two
         }
     }
+}
+
+// Shards that cut blocks, as FSDP's rows (and columns) cut them: each shard takes the maxima of
+// what it holds of each block it touches, the shards that share a block combine theirs, and each
+// quantizes its own elements; put back together, the values and scales are the whole weight's, and
+// so the independent reference's, bit for bit.
+struct Shard {
+  int64_t lo, hi;  // rows, or columns
+};
+
+Quantized quantize_in_shards(const std::vector<uint16_t>& src, int64_t rows, int64_t cols,
+                             const std::vector<Shard>& shards, bool by_rows, ScaleFormat format) {
+  const int64_t brs = (rows + 127) / 128, bcs = (cols + 127) / 128;
+  std::vector<Bf16Matrix> parts;
+  for (const Shard& s : shards)
+    parts.push_back(by_rows ? Bf16Matrix{src.data() + s.lo * cols, s.hi - s.lo, cols, cols, s.lo, 0}
+                            : Bf16Matrix{src.data() + s.lo, rows, s.hi - s.lo, cols, 0, s.lo});
+  // Each shard's partial maxima, then the combination every shard would receive from the others.
+  std::vector<uint16_t> combined(static_cast<std::size_t>(brs * bcs), 0);
+  std::vector<std::vector<uint16_t>> partial;
+  for (const Bf16Matrix& m : parts) {
+    const BlockSpan span = blocks_touched(m);
+    partial.emplace_back(static_cast<std::size_t>(span.count()), 0xFFFF);
+    block_amax(m, partial.back().data(), "w");
+    for (int64_t i = 0; i < span.rows; ++i)
+      for (int64_t j = 0; j < span.cols; ++j) {
+        auto& c =
+            combined[static_cast<std::size_t>((span.first_row + i) * bcs + span.first_col + j)];
+        c = std::max(c, partial.back()[static_cast<std::size_t>(i * span.cols + j)]);
+      }
+  }
+  Quantized out{std::vector<uint8_t>(static_cast<std::size_t>(rows * cols), 0xAA),
+                std::vector<float>(static_cast<std::size_t>(brs * bcs), -1.0f)};
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    const Bf16Matrix& m = parts[k];
+    const BlockSpan span = blocks_touched(m);
+    std::vector<float> scales;
+    for (int64_t i = 0; i < span.rows; ++i)
+      for (int64_t j = 0; j < span.cols; ++j) {
+        const std::size_t at =
+            static_cast<std::size_t>((span.first_row + i) * bcs + span.first_col + j);
+        scales.push_back(scale_of_amax(combined[at], format));
+        out.scales[at] = scales.back();  // every shard of a block agrees on its scale
+      }
+    std::vector<uint8_t> q(static_cast<std::size_t>(m.rows * m.cols));
+    quantize_with_scales(m, scales.data(), q.data());
+    for (int64_t r = 0; r < m.rows; ++r)
+      for (int64_t c = 0; c < m.cols; ++c)
+        out.q[static_cast<std::size_t>((r + m.row_origin) * cols + c + m.col_origin)] =
+            q[static_cast<std::size_t>(r * m.cols + c)];
+  }
+  return out;
+}
+
+TEST(BlockFp8, ShardsThatCutBlocksCombineTheirMaximaIntoTheWholeWeightsQuantization) {
+  const int64_t rows = 300, cols = 260;
+  const auto src = tensor(rows, cols, 7);
+  for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kUe8m0}) {
+    const Quantized want = reference_quantize(src, rows, cols, cols, format);
+    // FSDP's chunks of 300 rows over 3 ranks (100 each: blocks 0 and 1 cut), over 7 (43 each: a
+    // block shared by 3 or 4 ranks), one rank holding nothing, and a cut by columns.
+    for (const auto& [shards, by_rows] :
+         {std::pair{std::vector<Shard>{{0, 100}, {100, 200}, {200, 300}}, true},
+          {std::vector<Shard>{
+               {0, 43}, {43, 86}, {86, 129}, {129, 172}, {172, 215}, {215, 258}, {258, 300}},
+           true},
+          {std::vector<Shard>{{0, 128}, {128, 128}, {128, 300}}, true},
+          {std::vector<Shard>{{0, 130}, {130, 260}}, false}}) {
+      const Quantized got = quantize_in_shards(src, rows, cols, shards, by_rows, format);
+      EXPECT_EQ(got.scales, want.scales) << shards.size() << (by_rows ? " row" : " column");
+      ASSERT_EQ(got.q, want.q) << shards.size() << (by_rows ? " row" : " column") << " shards";
+    }
+  }
+  // A shard's blocks: rows 100..200 touch block rows 0 and 1 (both cut).
+  const BlockSpan span = blocks_touched({src.data(), 100, cols, cols, 100, 0});
+  EXPECT_EQ(span.first_row, 0);
+  EXPECT_EQ(span.rows, 2);
+  EXPECT_EQ(span.cols, 3);
+}
+
+TEST(BlockFp8, ANanInAShardIsRefusedNamingTheElementInTheWeight) {
+  std::vector<uint16_t> src(64 * 16, bf16_of(1.0f));
+  src[5 * 16 + 3] = 0x7FC0;       // NaN at the shard's [5, 3]: the weight's [105, 3]
+  std::vector<uint16_t> amax(2);  // rows 100..164: block rows 0 and 1
+  try {
+    block_amax({src.data(), 64, 16, 16, 100, 0}, amax.data(), "layers.2.w");
+    FAIL() << "no error";
+  } catch (const sdk::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cannot send tensor 'layers.2.w' as block FP8: element "
+                                    "[105, 3] is NaN"));
+  }
 }
 
 TEST(BlockFp8, ZeroBlockGetsTheLeastNormalScaleAndZeros) {

@@ -44,9 +44,14 @@ float block_scale_inv(float amax, ScaleFormat format);
 // Where a BF16 matrix is and where its FP8 and scales go. `src` is row-major with `src_stride`
 // elements between rows (a row slice of a larger tensor); `q` is dense [rows, cols] and
 // `scale_inv` dense [ceil(rows/128), ceil(cols/128)].
+//
+// A matrix may be a shard of a weight that starts inside the weight's block grid: `row_origin`
+// and `col_origin` are where its element [0, 0] lies in the weight (the grid's blocks start at the
+// weight's [0, 0]). Errors name elements in the weight's coordinates.
 struct Bf16Matrix {
   const uint16_t* src = nullptr;
   int64_t rows = 0, cols = 0, src_stride = 0;
+  int64_t row_origin = 0, col_origin = 0;
 };
 struct Fp8Matrix {
   uint8_t* q = nullptr;
@@ -57,6 +62,27 @@ struct Fp8Matrix {
 // `name` and the element when a value is NaN or infinite; nothing of a refused block is written.
 void quantize_bf16(const Bf16Matrix& in, const Fp8Matrix& out, ScaleFormat format,
                    const std::string& name);
+
+// A shard that cuts blocks with other ranks' shards (FSDP rows not on a 128 boundary) cannot find
+// those blocks' scales alone: each rank takes the maxima of what it holds of every block it
+// touches, the ranks that share a block combine theirs (the largest), and each quantizes its
+// elements with the scales of the combined maxima. The result is the whole weight's quantization,
+// bit for bit.
+//
+// The blocks a shard touches: block rows [row_origin / 128, ceil((row_origin + rows) / 128)), block
+// columns alike; `amax` and `scale_inv` below list them row-major.
+struct BlockSpan {
+  int64_t first_row = 0, rows = 0, first_col = 0, cols = 0;
+  int64_t count() const { return rows * cols; }
+};
+BlockSpan blocks_touched(const Bf16Matrix& in);
+// Per touched block, the largest |x| the shard holds of it, as BF16 bits (|x| orders as its bits
+// do; combine shards' maxima with std::max). Refuses a NaN or infinity as quantize_bf16 does.
+void block_amax(const Bf16Matrix& in, uint16_t* amax, const std::string& name);
+// The scale of a block from its combined maximum (BF16 bits).
+float scale_of_amax(uint16_t amax, ScaleFormat format);
+// Quantizes the shard's elements into `q` (dense [rows, cols]) with one scale per touched block.
+void quantize_with_scales(const Bf16Matrix& in, const float* scale_inv, uint8_t* q);
 
 // The bytes block FP8 takes for a [rows, cols] weight: the FP8 values and the fp32 scales.
 inline uint64_t bytes_of(int64_t rows, int64_t cols) {
