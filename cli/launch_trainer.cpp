@@ -5,6 +5,8 @@
 #include "device_source.hpp"
 #include "sharded_source.hpp"
 
+#include "block_fp8.hpp"
+#include "block_fp8_layout.hpp"
 #include "box_copy.hpp"
 #include "engine_layout.hpp"
 #include "m2n_plan.hpp"
@@ -90,6 +92,8 @@ class TensorParallelSlices {
     if (cfg.backend != "m2n") return;
     if (ii.contains("engine_layout"))
       engine_rules_ = m2n::engine_rules_from_json(ii.at("engine_layout"), "engine_layout");
+    fp8_ = ii.value("wire_dtype", "as-held") == "float8_e4m3fn";
+    ue8m0_ = ii.value("fp8_scales", "fp32") == "ue8m0";
     if (!ii.contains("tensor_parallel")) return;
     tp_ = ii.at("tensor_parallel").get<int>();
     if (ii.contains("tp_rules"))
@@ -103,19 +107,72 @@ class TensorParallelSlices {
   }
   bool splits(const ParamMeta& m, int) const { return tp_ > 1 && dim_of(m) >= 0; }
   std::string checksum(const ParamMeta& m, std::span<const unsigned char> full, int k) const {
-    const auto slice = slice_of(m, full, k);
+    const auto slice = slice_of(m, full, k, tp_ > 1 ? dim_of(m) : -1);
     return checksum_bytes(slice.data(), slice.size());
   }
-  bool composes() const { return !engine_rules_.empty(); }
-  // Every engine tensor worker rank k holds, by name, with its checksum.
-  std::map<std::string, std::string> engine_checksums(SafetensorsSource& checkpoint, int k) const {
+  // Whether the workers hold other tensors than the checkpoint's: composed, or block FP8.
+  bool composes() const { return !engine_rules_.empty() || fp8_; }
+
+  // The checkpoint as the plan sends it: with block FP8, each FP8 weight as its values and its
+  // scales, quantized here from the whole tensor by the rule the trainer ranks follow shard by
+  // shard (plugins/common/block_fp8.hpp): what arrives must equal it bit for bit.
+  struct WireModel {
+    std::vector<ParamMeta> meta;
+    std::vector<int> tp_dim;  // a weight's scales split as the weight does, whatever their name
+    std::vector<std::span<const unsigned char>> bytes;
+    std::vector<std::vector<unsigned char>> owned;
+  };
+  WireModel wire_model(SafetensorsSource& checkpoint) const {
+    WireModel w;
     const auto& meta = checkpoint.metadata();
+    w.owned.reserve(2 * meta.size());  // spans into it stay valid
+    for (std::size_t i = 0; i < meta.size(); ++i) {
+      const ParamMeta& m = meta[i];
+      if (!fp8_ ||
+          !m2n::sent_as_block_fp8(m.name, m.shape, m.dtype, tp_ > 1 ? dim_of(m) : -1, tp_)) {
+        w.meta.push_back(m);
+        w.bytes.push_back(checkpoint.bytes(i));
+        w.tp_dim.push_back(tp_ > 1 ? dim_of(m) : -1);
+        continue;
+      }
+      const std::size_t nd = m.shape.size();
+      const int64_t rows = m.shape[nd - 2], cols = m.shape[nd - 1];
+      const int64_t brows = (rows + 127) / 128, bcols = (cols + 127) / 128;
+      int64_t matrices = 1;
+      for (std::size_t d = 0; d + 2 < nd; ++d) matrices *= m.shape[d];
+      auto& q = w.owned.emplace_back(static_cast<std::size_t>(matrices * rows * cols));
+      auto& s = w.owned.emplace_back(static_cast<std::size_t>(matrices * brows * bcols * 4));
+      const auto* src = reinterpret_cast<const uint16_t*>(checkpoint.bytes(i).data());
+      for (int64_t k = 0; k < matrices; ++k)
+        plugins::fp8::quantize_bf16(
+            {src + k * rows * cols, rows, cols, cols},
+            {q.data() + k * rows * cols, reinterpret_cast<float*>(s.data()) + k * brows * bcols},
+            ue8m0_ ? plugins::fp8::ScaleFormat::kUe8m0 : plugins::fp8::ScaleFormat::kFp32, m.name);
+      ParamMeta values = m, scales = m;
+      values.dtype = {kDLFloat8E4m3fnCode, 8, 1};
+      scales.name = m2n::scale_name_of(m.name);
+      scales.dtype = {kDLFloat, 32, 1};
+      scales.shape[nd - 2] = brows;
+      scales.shape[nd - 1] = bcols;
+      w.meta.push_back(values);
+      w.bytes.push_back(q);
+      w.meta.push_back(scales);
+      w.bytes.push_back(s);
+      w.tp_dim.insert(w.tp_dim.end(), 2, tp_ > 1 ? dim_of(m) : -1);
+    }
+    return w;
+  }
+
+  // Every engine tensor worker rank k holds, by name, with its checksum.
+  std::map<std::string, std::string> engine_checksums(const WireModel& wire, int k) const {
+    const auto& meta = wire.meta;
     std::vector<m2n::WorkerParam> sent;
-    for (const auto& m : meta) {
-      const auto box = m2n::needed_box(m.shape, tp_ > 1 ? dim_of(m) : -1, tp_, 0);
+    for (std::size_t i = 0; i < meta.size(); ++i) {
+      const auto& m = meta[i];
+      const auto box = m2n::needed_box(m.shape, wire.tp_dim[i], tp_, 0);
       std::vector<int64_t> local(m.shape.size());
       for (std::size_t d = 0; d < local.size(); ++d) local[d] = box.hi[d] - box.lo[d];
-      sent.push_back({m.name, m.dtype, local, tp_ > 1 ? dim_of(m) : -1});
+      sent.push_back({m.name, m.dtype, local, wire.tp_dim[i]});
     }
     const auto engine = m2n::compose_engine(sent, engine_rules_, "engine_layout");
     std::vector<std::vector<unsigned char>> bytes(engine.tensors.size());
@@ -125,7 +182,7 @@ class TensorParallelSlices {
       bytes[t].resize(n);
     }
     for (std::size_t i = 0; i < meta.size(); ++i) {
-      const auto slice = slice_of(meta[i], checkpoint.bytes(i), k);
+      const auto slice = slice_of(meta[i], wire.bytes[i], k, wire.tp_dim[i]);
       const auto& at = engine.place_of(meta[i].name);
       std::memcpy(bytes[at.tensor].data() + at.element_offset * element_size(meta[i].dtype),
                   slice.data(), slice.size());
@@ -142,8 +199,8 @@ class TensorParallelSlices {
 
  private:
   std::vector<unsigned char> slice_of(const ParamMeta& m, std::span<const unsigned char> full,
-                                      int k) const {
-    const auto box = m2n::needed_box(m.shape, tp_ > 1 ? dim_of(m) : -1, tp_, k % tp_);
+                                      int k, int tp_dim) const {
+    const auto box = m2n::needed_box(m.shape, tp_dim, tp_, k % tp_);
     std::vector<int64_t> extent(m.shape.size());
     for (std::size_t d = 0; d < extent.size(); ++d) extent[d] = box.hi[d] - box.lo[d];
     const std::size_t elem = element_size(m.dtype);
@@ -160,6 +217,7 @@ class TensorParallelSlices {
   int tp_ = 1;
   std::vector<std::pair<std::string, int>> rules_;
   std::vector<m2n::EngineRule> engine_rules_;
+  bool fp8_ = false, ue8m0_ = false;
 };
 
 }  // namespace
@@ -248,6 +306,7 @@ void verify_round(const LaunchConfig& cfg, SafetensorsSource& checkpoint,
   }
   std::vector<std::string> mismatched;
   const TensorParallelSlices tp(cfg);
+  const auto wire = tp.composes() ? tp.wire_model(checkpoint) : TensorParallelSlices::WireModel{};
   int worker = 0;  // the worker rank across receivers (each receiver's ranks in order)
   std::size_t checked = 0;
   for (std::size_t k = 0; k < receivers.size(); ++k) {
@@ -260,7 +319,7 @@ void verify_round(const LaunchConfig& cfg, SafetensorsSource& checkpoint,
         return at.empty() ? name : fmt::format("{}: {}", at, name);
       };
       if (tp.composes()) {  // the engine's own tensors, composed of the checkpoint's slices
-        for (const auto& [name, want] : tp.engine_checksums(checkpoint, worker)) {
+        for (const auto& [name, want] : tp.engine_checksums(wire, worker)) {
           ++checked;
           auto it = remote.find(name);
           if (it == remote.end() || it->second != want) mismatched.push_back(where(name));

@@ -21,10 +21,10 @@ int64_t blocks_of(int64_t n) {
 }
 
 // Whether every TP slice of the weight is whole blocks (or TP leaves the blocked dims whole).
-bool slices_whole_blocks(const ParamGroup& g, int tensor_parallel) {
-  const auto dims = static_cast<int>(g.shape.size());
-  if (tensor_parallel == 1 || g.tp_dim < dims - 2) return true;
-  return (g.shape[static_cast<std::size_t>(g.tp_dim)] / tensor_parallel) % kFp8Block == 0;
+bool slices_whole_blocks(const std::vector<int64_t>& shape, int tp_dim, int tensor_parallel) {
+  const auto dims = static_cast<int>(shape.size());
+  if (tensor_parallel == 1 || tp_dim < dims - 2) return true;
+  return (shape[static_cast<std::size_t>(tp_dim)] / tensor_parallel) % kFp8Block == 0;
 }
 
 // What the ranks hold of the scales: along a blocked dimension, every block a slice touches.
@@ -39,6 +39,11 @@ std::vector<Held> scale_holdings(const std::vector<Held>& held, std::size_t dims
 }
 
 }  // namespace
+
+bool sent_as_block_fp8(const std::string& name, const std::vector<int64_t>& shape, DLDataType dtype,
+                       int tp_dim, int tensor_parallel) {
+  return sent_as_fp8(name, shape, dtype) && slices_whole_blocks(shape, tp_dim, tensor_parallel);
+}
 
 std::string scale_name_of(const std::string& weight) {
   return weight + "_scale_inv";
@@ -58,7 +63,7 @@ Layout block_fp8_layout(const Layout& layout, const std::string& what, Fp8Select
       scales_held;  // shared as the weights' holdings are
   std::vector<std::string> scale_names;
   for (const ParamGroup& g : layout.groups) {
-    const bool whole = slices_whole_blocks(g, layout.inference.tensor_parallel);
+    const bool whole = slices_whole_blocks(g.shape, g.tp_dim, layout.inference.tensor_parallel);
     ParamGroup kept = g, fp8 = g, scales = g;
     kept.names.clear();
     fp8.names.clear();

@@ -31,6 +31,11 @@ struct Fp8Selection {
   std::string first_kept_tp;  // one of them, to name
 };
 
+// Whether a weight goes on the wire as block FP8 under tensor parallelism `tensor_parallel` split
+// along `tp_dim`: sent_as_fp8, and its TP slices whole blocks.
+bool sent_as_block_fp8(const std::string& name, const std::vector<int64_t>& shape, DLDataType dtype,
+                       int tp_dim, int tensor_parallel);
+
 // The layout with block FP8 on the wire. Throws sdk::Error (WT_ERR_INVALID_ARGUMENT) where a
 // scale's name is a parameter's already.
 Layout block_fp8_layout(const Layout& layout, const std::string& what,

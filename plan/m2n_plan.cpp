@@ -242,8 +242,7 @@ Plan compute_plan(const Layout& layout) {
 }
 
 bool sent_as_fp8(const std::string& name, const std::vector<int64_t>& shape, DLDataType dtype) {
-  if (shape.size() < 2 || (dtype.code != kDLFloat && dtype.code != kDLBfloat) || dtype.bits < 16)
-    return false;
+  if (shape.size() < 2 || !(dtype == DLDataType{kDLBfloat, 16, 1})) return false;
   for (const char* keep : {"*embed*", "*lm_head*", "*norm*", "*.gate.weight", "*router*"})
     if (glob_match(keep, name)) return false;
   return true;

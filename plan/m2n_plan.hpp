@@ -67,8 +67,8 @@ struct PlanStats {
   uint64_t model_bytes = 0;             // one copy of every parameter
   uint64_t pieces = 0;                  // point-to-point sends per round (all members, replicas)
 };
-// Whether block FP8 sends parameter `name` (block_fp8_layout.hpp): a floating-point weight of two
-// or more dimensions, except those FP8 checkpoints keep in high precision, by name: embeddings
+// Whether block FP8 sends parameter `name` (block_fp8_layout.hpp): a bfloat16 weight of two or
+// more dimensions, except those FP8 checkpoints keep in high precision, by name: embeddings
 // (*embed*), the LM head (*lm_head*), norms (*norm*) and MoE routers (*.gate.weight, *router*).
 bool sent_as_fp8(const std::string& name, const std::vector<int64_t>& shape, DLDataType dtype);
 

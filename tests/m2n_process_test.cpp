@@ -149,6 +149,16 @@ constexpr const char* kEngineLayout =
     "    - {stack: model.layers.down_proj_stacked, experts: 4,\n"
     "       parts: [\"model.layers.#.mlp.down_proj.weight\"]}";
 
+// Block FP8 on the wire, into the engine's fused gate_up_proj (and its scales).
+constexpr const char* kBlockFp8 =
+    "  tensor_parallel: 2\n"
+    "  wire_dtype: float8_e4m3fn\n"
+    "  tp_rules: [{match: \"*.o_proj.weight\", dim: 1}, {match: \"*.down_proj.weight\", dim: 1},\n"
+    "             {match: \"*_proj.weight\", dim: 0}, {match: \"*embed_tokens*\", dim: 0}]\n"
+    "  engine_layout:\n"
+    "    - {fuse: \"*.gate_up_proj.weight\", parts: [\"*.gate_proj.weight\", "
+    "\"*.up_proj.weight\"]}";
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, M2nSyncs,
     ::testing::Values(
@@ -166,6 +176,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Into the engine's own fused and stacked tensors, each rank's composed slices verified.
         Case{"three_ranks_columns_engine_layout_one_server_of_tp2",
              {3, 1, "bfloat16", 1, kEngineLayout, "tiny", 2, "m2n", 2, 40}},
+        // Block FP8 from three ranks whose 86-row (gate, up) and 22-row (down) shards cut
+        // blocks, into a fused gate_up_proj and its fused scales; attention kept bf16 (its TP
+        // slices cut blocks): 51 tensors held as 55 (gate_up and three scales per layer).
+        Case{"three_ranks_rows_block_fp8_one_server_of_tp2",
+             {3, 0, "bfloat16", 1, kBlockFp8, "tiny", 3, "m2n", 2, 55}},
         // Eight trainer ranks (a process each) into four `wt serve --tensor-parallel-size 2`.
         Case{"eight_ranks_rows_four_servers_of_tp2",
              {8, 0, "bfloat16", 4, kTpRules, "tiny", 2, "m2n", 2}},

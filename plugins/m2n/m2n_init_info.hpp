@@ -14,6 +14,9 @@
 //   engine_layout                [rules], default none: the engine's own parameters composed from
 //                                the trainer's (fused projections, stacked experts, tied names;
 //                                plan/engine_layout.hpp), checked here and at every worker
+//   wire_dtype                   "as-held" (default) or "float8_e4m3fn": block FP8 on the wire for
+//                                the weights an FP8 engine stores so (plan/block_fp8_layout.hpp)
+//   fp8_scales                   "fp32" (default) or "ue8m0": the block scales' form
 //   rendezvous_timeout_s, transfer_timeout_s  the deadlines (60, 300): forming, and a round
 //   stall_timeout_s              int, default 60: host memory, a round in which no byte moved on
 //                                the pair a rank waits on for this long fails
@@ -42,6 +45,8 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
   int64_t tensor_parallel = 1;
   std::vector<TpRule> tp_rules;
   std::vector<EngineRule> engine_rules;
+  bool block_fp8 = false;  // wire_dtype: float8_e4m3fn
+  bool ue8m0 = false;      // fp8_scales: ue8m0
 
   int64_t worker_ranks() const { return rendezvous.world_size - 1; }
 
@@ -52,6 +57,8 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
     for (const auto& r : tp_rules) rules.push_back({{"match", r.match}, {"dim", r.dim}});
     j["tp_rules"] = std::move(rules);
     if (!engine_rules.empty()) j["engine_layout"] = engine_rules_to_json(engine_rules);
+    if (block_fp8) j["wire_dtype"] = "float8_e4m3fn";
+    if (ue8m0) j["fp8_scales"] = "ue8m0";
     return j;
   }
 
@@ -86,6 +93,19 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
         sdk::fail_field("engine_layout", e.code(), "{}", e.what());
       }
     }
+    const std::string wire = r.has("wire_dtype") ? r.get_string("wire_dtype") : "as-held";
+    if (wire != "as-held" && wire != "float8_e4m3fn")
+      sdk::fail_field("wire_dtype", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'wire_dtype' must be \"as-held\" or \"float8_e4m3fn\", "
+                      "got \"{}\"",
+                      r.what(), wire);
+    info->block_fp8 = wire == "float8_e4m3fn";
+    const std::string scales = r.has("fp8_scales") ? r.get_string("fp8_scales") : "fp32";
+    if (scales != "fp32" && scales != "ue8m0")
+      sdk::fail_field("fp8_scales", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'fp8_scales' must be \"fp32\" or \"ue8m0\", got \"{}\"",
+                      r.what(), scales);
+    info->ue8m0 = scales == "ue8m0";
     r.finish();
     if (info->tensor_parallel < 1 || info->tensor_parallel > 1024)
       sdk::fail_field("tensor_parallel", WT_ERR_INVALID_ARGUMENT,

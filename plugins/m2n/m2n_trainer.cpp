@@ -10,8 +10,10 @@
 #include "../common/session_keys.hpp"
 #include "../common/session_secret.hpp"
 #include "../common/tcp_store.hpp"
+#include "block_fp8_layout.hpp"
 #include "box_copy.hpp"
 #include "engine_layout.hpp"
+#include "fp8_sender.hpp"
 #include "m2n_holdings.hpp"
 #include "m2n_wire.hpp"
 #include "nccl_transfers.hpp"
@@ -162,7 +164,31 @@ void M2nTrainer::compile(const std::vector<RankHoldings>& per_rank, const M2nIni
   InferenceLayout inference;
   inference.tensor_parallel = static_cast<int>(info.tensor_parallel);
   inference.replicas = static_cast<int>(workers) / inference.tensor_parallel;
-  plan_ = compute_plan(layout_from_holdings(meta_, per_rank, inference, info.tp_rules));
+  Layout layout = layout_from_holdings(meta_, per_rank, inference, info.tp_rules);
+  wire_meta_ = meta_;
+  if (info.block_fp8) {  // each FP8 weight planned as its values and its scales
+    if (cuda_device_ >= 0)
+      sdk::fail_field("wire_dtype", WT_ERR_UNSUPPORTED,
+                      "block FP8 on the wire quantizes host memory; on CUDA memory (device "
+                      "\"cuda:{}\") it is not built yet: leave wire_dtype as-held",
+                      cuda_device_);
+    Fp8Selection selection;
+    layout = block_fp8_layout(layout, "the m2n layout", &selection);
+    std::unordered_set<std::string> fp8;
+    for (const ParamGroup& g : layout.groups)
+      if (g.dtype.code == kDLFloat8E4m3fnCode) fp8.insert(g.names.begin(), g.names.end());
+    fp8_ = std::make_unique<Fp8Sender>(
+        meta_, fp8, per_rank, rank_,
+        info.ue8m0 ? plugins::fp8::ScaleFormat::kUe8m0 : plugins::fp8::ScaleFormat::kFp32);
+    wire_meta_ = fp8_->wire_meta();
+    log_.debug(
+        "block FP8: {} weight(s) quantized on this rank, {} kept as held for TP ({}); {} "
+        "bytes of FP8 buffers",
+        fp8.size(), selection.kept_tp, selection.first_kept_tp, fp8_->buffer_bytes());
+  }
+  names_.clear();
+  for (const auto& m : wire_meta_) names_.push_back(m.name);
+  plan_ = compute_plan(layout);
   // What the workers will accept, checked here: a plan they would refuse fails trainer_init now,
   // naming the parameter, instead of after the rendezvous deadline.
   plan_from_json(plan_to_json(plan_), "the m2n plan this trainer made");
@@ -183,8 +209,8 @@ void M2nTrainer::compile(const std::vector<RankHoldings>& per_rank, const M2nIni
   }
   messages_ = messages_of(sends_, workers);
   compact_.clear();
-  for (const auto& m : meta_) compact_.push_back(compact_strides(m.local_shape()));
-  table_strides_.assign(meta_.size(), {});
+  for (const auto& m : wire_meta_) compact_.push_back(compact_strides(m.local_shape()));
+  table_strides_.assign(wire_meta_.size(), {});
   frame_whats_.clear();
   for (std::size_t w = 0; w < workers; ++w)
     frame_whats_.push_back(fmt::format("the round's frame to worker rank {}", w));
@@ -329,17 +355,21 @@ void M2nTrainer::run_round(const sdk::SendArgs& args, uint32_t round,
   // and source memory not mapped yet (a checkpoint file read from disk as it is sent), before any
   // worker is told to receive: its stall deadline then counts only the transfer.
   if (cuda_device_ < 0) map_new_source_memory(tensors);
-  table_for(tensors);
+  // Block FP8: this round's FP8 values and scales, quantized here (maxima exchanged with the ranks
+  // that share blocks) before any worker is told to receive.
+  const std::vector<wt_tensor>& wire =
+      fp8_ ? fp8_->prepare(tensors, *transfers_, round, copy_threads_) : tensors;
+  table_for(wire);
   if (rank_ != 0) {
-    send_round(tensors, round);
+    send_round(wire, round);
     return;
   }
   plugins::RoundBracket bracket(client_, aborted_, parked_, [this] { transfers_->abort(); });
   bracket.run(
-      update_text_.text_for(meta_),
+      update_text_.text_for(wire_meta_),
       [&](plugins::RoundBracket::Round& r) {
         r.before_collective();
-        send_round(tensors, round);
+        send_round(wire, round);
       },
       // The other ranks' pieces of this round may still be on the wire: the mesh is done.
       [&](bool) { transfers_->discard(); }, args.weight_version, nullptr,
@@ -396,7 +426,7 @@ const RoundTable& M2nTrainer::table_for(const std::vector<wt_tensor>& tensors) {
   table_ = compile_table(
       sends_, messages_, names_,
       [this](const Transfer& t) {
-        return sender_geometry(t, meta_[t.param], table_strides_[t.param], compact_[t.param]);
+        return sender_geometry(t, wire_meta_[t.param], table_strides_[t.param], compact_[t.param]);
       },
       "to", "worker rank");
   const uint64_t staging = staging_bytes(table_);

@@ -14,6 +14,7 @@
 #include "../common/param_list.hpp"
 #include "../common/round_signal.hpp"
 #include "../common/tcp_store.hpp"
+#include "fp8_sender.hpp"
 #include "m2n_holdings.hpp"
 #include "m2n_init_info.hpp"
 #include "m2n_plan.hpp"
@@ -71,6 +72,10 @@ class M2nTrainer final : public sdk::TrainerBase {
   int rank_ = 0, ranks_ = 1;
   int cuda_device_ = -1;         // -1: host memory over Gloo pairs; else CUDA memory over NCCL
   std::vector<ParamMeta> meta_;  // as declared at trainer_init: the plan's inputs
+  // The round's parameters as the plan names them: meta_, or with wire_dtype float8_e4m3fn each
+  // FP8 weight's values and scales (fp8_sender.hpp), which fp8_ makes each round.
+  std::vector<ParamMeta> wire_meta_;
+  std::unique_ptr<Fp8Sender> fp8_;
   std::vector<std::string> names_;
   Plan plan_;
   std::unique_ptr<PlanIndex> index_;

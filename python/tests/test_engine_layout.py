@@ -114,3 +114,42 @@ def test_a_rule_that_cannot_compose_is_refused_at_the_trainer_naming_the_rule():
                                        r"it into 'layers.0.qkv_proj.weight'"):
         wt.trainer_init(m2n_info(engine_layout=rules), client=url, source=trainer_model(1))
     session.stop()
+
+
+def fp8_info(**extra):
+    return {"backend": "m2n", "master_address": "127.0.0.1", "master_port": free_port(),
+            "rendezvous_timeout_s": 20, "transfer_timeout_s": 20,
+            "wire_dtype": "float8_e4m3fn", **extra}
+
+
+def test_a_nan_in_a_block_fp8_weight_is_refused_at_the_sender_naming_it_and_nothing_lands(serve):
+    url = serve("m2n")
+    torch.manual_seed(3)
+    model = {"layers.0.mlp.up_proj.weight": torch.randn(256, 64).to(torch.bfloat16),
+             "layers.0.norm.weight": torch.randn(64)}
+    engine = wt.trainer_init(fp8_info(), client=url, source=model)
+    engine.send_weights(weight_version="v1")
+    before = wt.HttpClient(url).weight_checksums()
+    assert set(before) == {"layers.0.mlp.up_proj.weight", "layers.0.mlp.up_proj.weight_scale_inv",
+                           "layers.0.norm.weight"}
+    model["layers.0.mlp.up_proj.weight"][130, 7] = float("nan")
+    with pytest.raises(wt.Error, match=r"cannot send tensor 'layers.0.mlp.up_proj.weight' as "
+                                       r"block FP8: element \[130, 7\] is NaN; no scale can "
+                                       r"carry it"):
+        engine.send_weights(weight_version="v2")
+    assert wt.HttpClient(url).weight_checksums() == before
+    engine.close()
+
+
+def test_an_engine_that_holds_bfloat16_where_the_plan_sends_block_fp8_is_refused_at_init():
+    served = {"layers.0.mlp.up_proj.weight": torch.zeros(256, 64, dtype=torch.bfloat16),
+              "layers.0.mlp.up_proj.weight_scale_inv": torch.zeros(2, 1)}
+    session = wt.EngineSession("m2n", served)
+    url = session.serve(port=0)
+    with pytest.raises(wt.Error, match=r"parameter 'layers.0.mlp.up_proj.weight' is planned as "
+                                       r"float8_e4m3fn \[256, 64\] for tensor-parallel rank 0, "
+                                       r"but this worker holds it as bfloat16 \[256, 64\]"):
+        wt.trainer_init(fp8_info(), client=url,
+                        source={"layers.0.mlp.up_proj.weight": torch.randn(256, 64).to(
+                            torch.bfloat16)})
+    session.stop()
