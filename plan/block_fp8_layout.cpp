@@ -23,7 +23,7 @@ int64_t blocks_of(int64_t n) {
 // Whether every TP slice of the weight is whole blocks (or TP leaves the blocked dims whole).
 bool slices_whole_blocks(const std::vector<int64_t>& shape, int tp_dim, int tensor_parallel) {
   const auto dims = static_cast<int>(shape.size());
-  if (tensor_parallel == 1 || tp_dim < dims - 2) return true;
+  if (tensor_parallel == 1 || dims < 2 || tp_dim < 0 || tp_dim < dims - 2) return true;
   return (shape[static_cast<std::size_t>(tp_dim)] / tensor_parallel) % kFp8Block == 0;
 }
 
@@ -80,6 +80,7 @@ Layout block_fp8_layout(const Layout& layout, const std::string& what, Fp8Select
         if (sel.kept_tp++ == 0) sel.first_kept_tp = name;
       } else {
         fp8.names.push_back(name);
+        sel.names.insert(name);
         std::string scale = scale_name_of(name);
         if (names.count(scale))
           sdk::fail(WT_ERR_INVALID_ARGUMENT,

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace wt::m2n {
@@ -26,9 +27,10 @@ inline constexpr int64_t kFp8Block = 128;
 std::string scale_name_of(const std::string& weight);
 
 struct Fp8Selection {
-  std::size_t weights = 0;    // sent as block FP8
-  std::size_t kept_tp = 0;    // FP8 by name, kept as held: TP slices would cut blocks
-  std::string first_kept_tp;  // one of them, to name
+  std::unordered_set<std::string> names;  // the weights sent as block FP8
+  std::size_t weights = 0;                // sent as block FP8
+  std::size_t kept_tp = 0;                // FP8 by name, kept as held: TP slices would cut blocks
+  std::string first_kept_tp;              // one of them, to name
 };
 
 // Whether a weight goes on the wire as block FP8 under tensor parallelism `tensor_parallel` split

@@ -6,7 +6,6 @@
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
 #include <wt/sdk/parallel_for.hpp>
-#include <wt/sdk/tensor_layout.hpp>
 
 #include <fmt/format.h>
 
@@ -57,6 +56,8 @@ Fp8Sender::Fp8Sender(const std::vector<ParamMeta>& meta, const std::unordered_se
     if (m.sharded() && static_cast<std::size_t>(m.shard_dim) + 2 >= nd) {
       w.dim = m.shard_dim - static_cast<int>(nd - 2);
       w.origin = m.shard_offset;
+    } else if (m.sharded() && m.shard_dim == 0) {
+      w.leading_origin = m.shard_offset;
     }
     w.span = fp8::blocks_touched(
         {nullptr, w.rows, w.cols, w.cols, w.dim == 0 ? w.origin : 0, w.dim == 1 ? w.origin : 0});
@@ -96,16 +97,26 @@ void Fp8Sender::add_shared(const std::vector<ParamMeta>& meta,
     if (wi == weights_.size() || weights_[wi].param != p) continue;
     const Weight& w = weights_[wi++];
     const int nd = static_cast<int>(meta[p].shape.size());
-    bool whole = false, cut = false;
+    // A slice cuts blocks when it starts or ends inside one. Then every rank that holds any of
+    // the weight must slice the same dimension, so that the ranks sharing a block find each other.
+    int cutting = -1;
     for (const auto& s : slices) {
-      whole = whole || s.dim < 0;
-      cut = cut || s.dim >= nd - 2;
+      if (s.dim < nd - 2 || s.lo >= s.hi) continue;
+      const int64_t size = meta[p].shape[static_cast<std::size_t>(s.dim)];
+      if (s.lo % fp8::kBlock != 0 || (s.hi % fp8::kBlock != 0 && s.hi != size)) cutting = s.dim;
     }
-    if (whole && cut)
-      fail(WT_ERR_INVALID_ARGUMENT,
-           "block FP8: some trainer ranks hold '{}' whole and others a slice of its rows or "
-           "columns; the ranks that cut its blocks could not find their scales",
-           meta[p].name);
+    if (cutting >= 0)
+      for (std::size_t k = 0; k < slices.size(); ++k) {
+        const auto& s = slices[k];
+        if (s.dim >= 0 && s.lo >= s.hi) continue;  // holds nothing
+        if (s.dim != cutting)
+          fail(WT_ERR_INVALID_ARGUMENT,
+               "block FP8: a trainer rank's slice of '{}' along dimension {} cuts its 128 x 128 "
+               "blocks, and trainer rank {} holds it {}: the ranks that share a block must "
+               "slice the same dimension to combine their maxima",
+               meta[p].name, cutting, k,
+               s.dim < 0 ? std::string("whole") : fmt::format("sliced along dimension {}", s.dim));
+      }
     if (w.dim < 0) continue;
     const int64_t mine_lo = w.dim == 0 ? w.span.first_row : w.span.first_col;
     const int64_t mine_hi = mine_lo + (w.dim == 0 ? w.span.rows : w.span.cols);
@@ -125,6 +136,7 @@ void Fp8Sender::add_shared(const std::vector<ParamMeta>& meta,
       n += static_cast<std::size_t>(w.matrices * (s.hi - s.lo) *
                                     (w.dim == 0 ? w.span.cols : w.span.rows));
     }
+    if (n == 0) continue;  // blocks of no elements (a dimension of 0): nothing to agree on
     peer.out.assign(n, 0);
     peer.in.assign(n, 0);
     peer.what_out = fmt::format("the block-FP8 maxima to trainer rank {}", k);
@@ -133,11 +145,28 @@ void Fp8Sender::add_shared(const std::vector<ParamMeta>& meta,
   }
 }
 
-fp8::Bf16Matrix Fp8Sender::matrix(const Weight& w, const wt_tensor& t, int64_t m) const {
-  const auto* base = reinterpret_cast<const uint16_t*>(
-      static_cast<const unsigned char*>(t.tensor.data) + t.tensor.byte_offset);
-  return {base + m * w.rows * w.cols, w.rows, w.cols, w.cols, w.dim == 0 ? w.origin : 0,
-          w.dim == 1 ? w.origin : 0};
+fp8::Bf16Matrix Fp8Sender::matrix(const Weight& w, const DLTensor& t, int64_t m) {
+  const auto nd = static_cast<std::size_t>(t.ndim);
+  int64_t at = 0, row_stride = w.cols;
+  if (t.strides == nullptr) {
+    at = m * w.rows * w.cols;
+  } else {  // m over the leading dimensions, each at its stride
+    row_stride = t.strides[nd - 2];
+    for (std::size_t d = nd - 2, rest = static_cast<std::size_t>(m); d-- > 0;) {
+      at += static_cast<int64_t>(rest % static_cast<std::size_t>(w.value_shape[d])) * t.strides[d];
+      rest /= static_cast<std::size_t>(w.value_shape[d]);
+    }
+  }
+  const auto* base =
+      reinterpret_cast<const uint16_t*>(static_cast<const unsigned char*>(t.data) + t.byte_offset);
+  return {
+      base + at, w.rows, w.cols, row_stride, w.dim == 0 ? w.origin : 0, w.dim == 1 ? w.origin : 0};
+}
+
+std::string Fp8Sender::name_of(const Weight& w, int64_t m) const {
+  const std::string& name = wire_meta_[w.wire].name;
+  if (w.value_shape.size() <= 2) return name;
+  return fmt::format("{}[{}]", name, w.leading_origin + m);  // one leading dimension: its index
 }
 
 void Fp8Sender::exchange_maxima(Peer& peer, bool take) {
@@ -163,7 +192,8 @@ void Fp8Sender::exchange_maxima(Peer& peer, bool take) {
 
 const std::vector<wt_tensor>& Fp8Sender::prepare(const std::vector<wt_tensor>& source,
                                                  Transfers& transfers, uint32_t round,
-                                                 unsigned threads) {
+                                                 unsigned threads,
+                                                 const sdk::AbortSignal& aborted) {
   for (std::size_t p = 0; p < source.size(); ++p) {
     wt_tensor& t = wire_[wire_of_[p]];
     t = source[p];
@@ -174,6 +204,7 @@ const std::vector<wt_tensor>& Fp8Sender::prepare(const std::vector<wt_tensor>& s
     std::vector<std::exception_ptr> failed(weights_.size());
     parallel_for(weights_.size(), threads, [&](std::size_t i) {
       try {
+        if (aborted.aborted()) fail(WT_ERR_ABORTED, "the m2n trainer engine was aborted");
         step(weights_[i]);
       } catch (...) {
         failed[i] = std::current_exception();
@@ -184,18 +215,21 @@ const std::vector<wt_tensor>& Fp8Sender::prepare(const std::vector<wt_tensor>& s
   };
   // This rank's maxima of every block it touches.
   each_weight([&](Weight& w) {
-    const wt_tensor& t = source[w.param];
-    if (t.tensor.device.device_type != kDLCPU && t.tensor.device.device_type != kDLCUDAHost)
+    const DLTensor& t = source[w.param].tensor;
+    if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
       fail(WT_ERR_INVALID_ARGUMENT, "block FP8 quantizes host memory; '{}' is not in it",
            wire_meta_[w.wire].name);
-    if (!is_compact(t.tensor) || !(t.tensor.dtype == kBf16))
+    if (!(t.dtype == kBf16))
+      fail(WT_ERR_INVALID_ARGUMENT, "block FP8 quantizes bfloat16 tensors; the source's '{}' is {}",
+           wire_meta_[w.wire].name, torch_name(t.dtype));
+    if (t.strides != nullptr && t.strides[t.ndim - 1] != 1 && w.cols > 1)
       fail(WT_ERR_INVALID_ARGUMENT,
-           "block FP8 quantizes compact bfloat16 tensors; the source's '{}' is {}{}",
-           wire_meta_[w.wire].name, torch_name(t.tensor.dtype),
-           is_compact(t.tensor) ? "" : ", strided");
+           "block FP8 reads each row's elements back to back; the source's '{}' has them {} "
+           "apart (a transposed view: send a contiguous copy)",
+           wire_meta_[w.wire].name, t.strides[t.ndim - 1]);
     const int64_t per = w.span.count();
     for (int64_t m = 0; m < w.matrices; ++m)
-      fp8::block_amax(matrix(w, t, m), w.amax.data() + m * per, wire_meta_[w.wire].name);
+      fp8::block_amax(matrix(w, t, m), w.amax.data() + m * per, name_of(w, m));
   });
   // The blocks this rank shares: every rank that holds part of one takes the largest maximum.
   if (!peers_.empty()) {
@@ -214,7 +248,7 @@ const std::vector<wt_tensor>& Fp8Sender::prepare(const std::vector<wt_tensor>& s
       w.scales[b] = fp8::scale_of_amax(w.amax[b], format_);
     const int64_t per = w.span.count();
     for (int64_t m = 0; m < w.matrices; ++m)
-      fp8::quantize_with_scales(matrix(w, source[w.param], m), w.scales.data() + m * per,
+      fp8::quantize_with_scales(matrix(w, source[w.param].tensor, m), w.scales.data() + m * per,
                                 w.values.data() + m * w.rows * w.cols);
   });
   for (Weight& w : weights_) {

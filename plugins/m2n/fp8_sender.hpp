@@ -17,6 +17,7 @@
 #include "m2n_holdings.hpp"
 #include "transfers.hpp"
 
+#include <wt/sdk/abortable_wait.hpp>
 #include <wt/tensor.hpp>
 
 #include <cstdint>
@@ -30,8 +31,9 @@ class Fp8Sender {
  public:
   // `meta`: this rank's parameters as declared (its slices); `fp8`: the names the plan sends as
   // block FP8; `per_rank`: every trainer rank's holdings, for the blocks this rank shares. Refuses
-  // (WT_ERR_INVALID_ARGUMENT) a block-FP8 weight that is not bfloat16, or that some ranks hold
-  // whole and others sliced.
+  // (WT_ERR_INVALID_ARGUMENT) a block-FP8 weight that is not bfloat16, or whose blocks some rank's
+  // slice cuts while another rank holds it whole or sliced along another dimension (their maxima
+  // could not be combined).
   Fp8Sender(const std::vector<ParamMeta>& meta, const std::unordered_set<std::string>& fp8,
             const std::vector<RankHoldings>& per_rank, int rank, plugins::fp8::ScaleFormat format);
 
@@ -41,11 +43,12 @@ class Fp8Sender {
   bool any() const { return !weights_.empty(); }
 
   // Quantizes the round's block-FP8 weights from `source` (one tensor per declared parameter, in
-  // order; each FP8 one compact host memory), exchanging maxima with the ranks that share blocks
-  // over `transfers` (mesh ranks = trainer ranks; slot(round, 1)), on `threads` threads. Returns
-  // the round's wire tensors, in wire_meta()'s order.
+  // order; each FP8 one in host memory, its rows' elements back to back), exchanging maxima with
+  // the ranks that share blocks over `transfers` (mesh ranks = trainer ranks; slot(round, 1)), on
+  // `threads` threads. Returns the round's wire tensors, in wire_meta()'s order.
   const std::vector<wt_tensor>& prepare(const std::vector<wt_tensor>& source, Transfers& transfers,
-                                        uint32_t round, unsigned threads);
+                                        uint32_t round, unsigned threads,
+                                        const sdk::AbortSignal& aborted);
 
   // Bytes of the FP8 values and scales this rank keeps between rounds.
   uint64_t buffer_bytes() const;
@@ -67,6 +70,7 @@ class Fp8Sender {
     int dim = -1;                // the blocked dimension this rank's slice cuts (0: rows, 1: cols)
     int64_t origin = 0;          // where the slice starts along it
     int64_t matrices = 1;        // the product of the dimensions before the last two
+    int64_t leading_origin = 0;  // where the slice starts along a leading dimension it cuts
     int64_t rows = 0, cols = 0;  // of each matrix this rank holds
     plugins::fp8::BlockSpan span;
     std::vector<uint16_t> amax;  // per matrix, per touched block
@@ -74,7 +78,10 @@ class Fp8Sender {
     std::vector<uint8_t> values;
     std::vector<int64_t> value_shape, scale_shape;  // what this rank holds of each
   };
-  plugins::fp8::Bf16Matrix matrix(const Weight& w, const wt_tensor& t, int64_t m) const;
+  // Matrix m (counted over the leading dimensions) of the weight's source tensor `t`.
+  static plugins::fp8::Bf16Matrix matrix(const Weight& w, const DLTensor& t, int64_t m);
+  // The weight's name for errors about matrix m: "w" for a matrix, "w[e]" past two dimensions.
+  std::string name_of(const Weight& w, int64_t m) const;
   // Packs this rank's maxima of the shared blocks (or takes the largest with a peer's).
   void exchange_maxima(Peer& peer, bool take);
   void add_shared(const std::vector<ParamMeta>& meta, const std::vector<RankHoldings>& per_rank,

@@ -106,6 +106,11 @@ struct M2nInitInfo final : plugins::DomainInitInfo {
                       "invalid {}: field 'fp8_scales' must be \"fp32\" or \"ue8m0\", got \"{}\"",
                       r.what(), scales);
     info->ue8m0 = scales == "ue8m0";
+    if (info->ue8m0 && !info->block_fp8)
+      sdk::fail_field("fp8_scales", WT_ERR_INVALID_ARGUMENT,
+                      "invalid {}: field 'fp8_scales' is for block FP8; it means nothing with "
+                      "wire_dtype \"{}\"",
+                      r.what(), wire);
     r.finish();
     if (info->tensor_parallel < 1 || info->tensor_parallel > 1024)
       sdk::fail_field("tensor_parallel", WT_ERR_INVALID_ARGUMENT,

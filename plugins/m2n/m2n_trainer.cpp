@@ -33,6 +33,11 @@ using sdk::fail;
 
 namespace {
 
+// The init info's wire_dtype and fp8_scales, as the trainer ranks compare them.
+std::string wire_form(const M2nInitInfo& info) {
+  return !info.block_fp8 ? "as-held" : info.ue8m0 ? "float8_e4m3fn/ue8m0" : "float8_e4m3fn/fp32";
+}
+
 bool same_model(const std::vector<ParamMeta>& a, const std::vector<ParamMeta>& b,
                 std::string* first) {
   for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
@@ -64,6 +69,11 @@ M2nTrainer::M2nTrainer(const sdk::TrainerContext& context, const M2nInitInfo& in
          "the init info says rank {}, but this process is rank {} of its trainer group of {}: m2n "
          "plans with the group's ranks",
          info.rendezvous.rank, rank_, ranks_);
+  if (info.block_fp8 && cuda_device_ >= 0)  // before the device or any rank is reached
+    sdk::fail_field("wire_dtype", WT_ERR_UNSUPPORTED,
+                    "block FP8 on the wire quantizes host memory; on CUDA memory (device "
+                    "\"cuda:{}\") it is not built yet: leave wire_dtype as-held",
+                    cuda_device_);
   declare_model();
   plugins::CommunicatorOptions o = mesh_options(info);
   std::unique_ptr<plugins::TcpStoreServer> store;
@@ -111,7 +121,8 @@ plugins::CommunicatorOptions M2nTrainer::mesh_options(const M2nInitInfo& info) c
 
 M2nTrainer::Gathered M2nTrainer::gather(const sdk::GroupRef& group, plugins::CommunicatorOptions& o,
                                         std::unique_ptr<plugins::TcpStoreServer>& store) {
-  nlohmann::json mine = {{"holdings", holdings_declaration(meta_, rank_, ranks_)}};
+  nlohmann::json mine = {{"holdings", holdings_declaration(meta_, rank_, ranks_)},
+                         {"wire", wire_form(info_)}};
   // CUDA: the device is reached first (a machine without a driver or a GPU fails here, saying
   // so, before any worker is told to meet this rank); then rank 0 mints the NCCL unique id every
   // rank and worker creates the communicator from (NCCL's own bootstrap; no store, no mesh).
@@ -145,6 +156,12 @@ M2nTrainer::Gathered M2nTrainer::gather(const sdk::GroupRef& group, plugins::Com
       fail(WT_ERR_INVALID_ARGUMENT, "trainer rank {} gathered no holdings", k);
     out.per_rank.push_back(
         RankHoldings::from_declaration(j.at("holdings"), static_cast<int>(k), ranks_, meta_));
+    // What goes on the wire is the plan's too: every rank must quantize alike.
+    if (j.value("wire", std::string()) != wire_form(info_))
+      fail(WT_ERR_INVALID_ARGUMENT,
+           "trainer rank {} sends '{}' on the wire, this rank '{}': every rank's init info must "
+           "give the same wire_dtype and fp8_scales",
+           k, j.value("wire", std::string()), wire_form(info_));
     if (k == 0) {
       o.session_secret = j.value("secret", "");
       out.unique_id = j.value("nccl_unique_id_b64", "");
@@ -167,16 +184,9 @@ void M2nTrainer::compile(const std::vector<RankHoldings>& per_rank, const M2nIni
   Layout layout = layout_from_holdings(meta_, per_rank, inference, info.tp_rules);
   wire_meta_ = meta_;
   if (info.block_fp8) {  // each FP8 weight planned as its values and its scales
-    if (cuda_device_ >= 0)
-      sdk::fail_field("wire_dtype", WT_ERR_UNSUPPORTED,
-                      "block FP8 on the wire quantizes host memory; on CUDA memory (device "
-                      "\"cuda:{}\") it is not built yet: leave wire_dtype as-held",
-                      cuda_device_);
     Fp8Selection selection;
     layout = block_fp8_layout(layout, "the m2n layout", &selection);
-    std::unordered_set<std::string> fp8;
-    for (const ParamGroup& g : layout.groups)
-      if (g.dtype.code == kDLFloat8E4m3fnCode) fp8.insert(g.names.begin(), g.names.end());
+    const auto& fp8 = selection.names;
     fp8_ = std::make_unique<Fp8Sender>(
         meta_, fp8, per_rank, rank_,
         info.ue8m0 ? plugins::fp8::ScaleFormat::kUe8m0 : plugins::fp8::ScaleFormat::kFp32);
@@ -358,7 +368,7 @@ void M2nTrainer::run_round(const sdk::SendArgs& args, uint32_t round,
   // Block FP8: this round's FP8 values and scales, quantized here (maxima exchanged with the ranks
   // that share blocks) before any worker is told to receive.
   const std::vector<wt_tensor>& wire =
-      fp8_ ? fp8_->prepare(tensors, *transfers_, round, copy_threads_) : tensors;
+      fp8_ ? fp8_->prepare(tensors, *transfers_, round, copy_threads_, aborted_) : tensors;
   table_for(wire);
   if (rank_ != 0) {
     send_round(wire, round);

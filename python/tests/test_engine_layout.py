@@ -153,3 +153,12 @@ def test_an_engine_that_holds_bfloat16_where_the_plan_sends_block_fp8_is_refused
                         source={"layers.0.mlp.up_proj.weight": torch.randn(256, 64).to(
                             torch.bfloat16)})
     session.stop()
+
+
+def test_fp8_scales_without_block_fp8_is_refused_naming_the_field(serve):
+    url = serve("m2n")
+    with pytest.raises(wt.Error, match=r"field 'fp8_scales' is for block FP8; it means nothing "
+                                       r"with wire_dtype \"as-held\""):
+        wt.trainer_init({"backend": "m2n", "master_address": "127.0.0.1",
+                         "master_port": free_port(), "fp8_scales": "ue8m0"}, client=url,
+                        source={"w": torch.zeros(4, 4)})

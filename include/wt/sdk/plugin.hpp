@@ -310,6 +310,8 @@ struct PluginTables {
   static constexpr wt_worker_vtable kWorker{
       sizeof(wt_worker_vtable), WT_ABI_VERSION, &worker_create,     &worker_start,  &worker_receive,
       &worker_finish,           &worker_abort,  &worker_last_error, &worker_destroy};
+  // The ABI table as a constant, for code that names it; negotiate() serves a copy made at its
+  // first call (see there).
   static constexpr wt_plugin_api kApi{sizeof(wt_plugin_api),
                                       WT_ABI_VERSION,
                                       D.backend,
@@ -333,18 +335,28 @@ template <const PluginDefinition& D>
 wt_status PluginTables<D>::negotiate(uint32_t host_abi, uint32_t* plugin_abi,
                                      const wt_plugin_api** api) {
   using V1 = v1::TablesV1<PluginTables<D>>;
-  static constexpr wt_plugin_api_v1 kApiV1{sizeof(wt_plugin_api_v1),
-                                           1,
-                                           D.backend,
-                                           D.version,
-                                           D.capabilities,
-                                           &V1::kInitInfo,
-                                           present(D.make_trainer) ? &V1::kTrainer : nullptr,
-                                           present(D.make_worker) ? &V1::kWorker : nullptr};
+  // Made at the first call, not as constants: whether a factory is there is a comparison of a
+  // function's address, which GCC will not evaluate at compile time under UBSan.
+  static const wt_plugin_api kServed{sizeof(wt_plugin_api),
+                                     WT_ABI_VERSION,
+                                     D.backend,
+                                     D.version,
+                                     D.capabilities,
+                                     &kInitInfo,
+                                     present(D.make_trainer) ? &kTrainer : nullptr,
+                                     present(D.make_worker) ? &kWorker : nullptr};
+  static const wt_plugin_api_v1 kApiV1{sizeof(wt_plugin_api_v1),
+                                       1,
+                                       D.backend,
+                                       D.version,
+                                       D.capabilities,
+                                       &V1::kInitInfo,
+                                       present(D.make_trainer) ? &V1::kTrainer : nullptr,
+                                       present(D.make_worker) ? &V1::kWorker : nullptr};
   if (plugin_abi == nullptr || api == nullptr) return WT_ERR_INVALID_ARGUMENT;
   if (host_abi >= WT_ABI_VERSION) {
     *plugin_abi = WT_ABI_VERSION;
-    *api = &kApi;
+    *api = &kServed;
     return WT_OK;
   }
   if (host_abi >= 1 && D.oldest_abi <= 1) {
