@@ -9,6 +9,7 @@
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
 #include <wt/services/yaml_json.hpp>
+#include "support/invalid_argument.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -28,14 +29,7 @@ const DLDataType kFp8{kDLFloat8E4m3fnCode, 8, 1};
 const DLDataType kF32{kDLFloat, 32, 1};
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdk::Error& e) {
-    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
+  return test::invalid_argument_of(f);
 }
 
 // Two FSDP ranks holding rows: 448 rows of a 896-row weight each (block row 3 cut between them).

@@ -7,6 +7,7 @@
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
 #include <wt/services/yaml_json.hpp>
+#include "support/invalid_argument.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,14 +26,7 @@ const DLDataType bf16{kDLBfloat, 16, 1};
 const DLDataType f32{kDLFloat, 32, 1};
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdk::Error& e) {
-    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
+  return test::invalid_argument_of(f);
 }
 
 // Two layers of attention and MLP, two experts per layer, a norm and an embedding; TP 2 splits

@@ -4,6 +4,7 @@
 #include "support/process.hpp"
 #include "support/test_configs.hpp"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+
+#include <unistd.h>
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -65,7 +68,11 @@ std::string as_run(const std::string& config) {
   // processes it may not be, so the run takes one that was free a moment ago.
   text = std::regex_replace(text, std::regex("master_port: [0-9]+"),
                             "master_port: " + std::to_string(test::free_port()));
-  return write_config("tiny-" + fs::path(config).filename().string(), text);
+  // A file of its own: the tests of this binary run as processes side by side, each rewriting the
+  // same shipped configs.
+  static int made = 0;
+  return write_config(
+      fmt::format("tiny-{}-{}-{}", ::getpid(), made++, fs::path(config).filename().string()), text);
 }
 
 TEST(Launch, EveryCpuConfigRunsGreen) {

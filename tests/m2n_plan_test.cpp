@@ -6,6 +6,7 @@
 #include <wt/dtype.hpp>
 #include <wt/sdk/errors.hpp>
 #include <wt/services/yaml_json.hpp>
+#include "support/invalid_argument.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -36,14 +37,7 @@ json small_layout(json inference_rules = json::array({{{"match", "w*"}, {"dim", 
 }
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdk::Error& e) {
-    EXPECT_EQ(e.code(), WT_ERR_INVALID_ARGUMENT) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
+  return test::invalid_argument_of(f);
 }
 
 // Whether trainer rank `rank` holds all of `box` of a parameter with these holdings.
