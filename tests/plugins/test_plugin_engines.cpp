@@ -126,8 +126,10 @@ std::string nonce_in_memory() {
   for (std::string line; found.empty() && std::getline(maps, line);) {
     unsigned long lo = 0, hi = 0;
     char perms[5] = {0};
+    // Not a mapping of 1 GiB or more: the host's heap and stacks are smaller, and a sanitizer's
+    // shadow (terabytes reserved, read back as zeros) would take hours.
     if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r' ||
-        perms[1] != 'w')
+        perms[1] != 'w' || hi - lo >= (1ul << 30))
       continue;
     for (unsigned long at = lo; found.empty() && at < hi; at += buf.size() - 64) {
       const std::size_t want = std::min<unsigned long>(buf.size(), hi - at);
