@@ -10,14 +10,14 @@ quantization rate (wt_bench_fp8, when built).
   bench/m2n_fp8_vs_bf16.py [--wt build/bin/wt] [--model qwen2.5-0.5b] [--rounds 6]
 """
 import argparse
-import json
 import os
 import re
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
+
+from wt_launch import launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -34,18 +34,9 @@ def run(wt, config, model, rounds):
     text = re.sub(r"master_port: \d+", f"master_port: {free_port()}", text)
     text = re.sub(r"model: [\w.-]+", f"model: {model}", text)
     text = re.sub(r"rounds: \d+", f"rounds: {rounds}", text)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(text)
-    env = dict(os.environ, WT_LOG_LEVEL="debug")
-    p = subprocess.run([wt, "launch", f.name, "--json"], capture_output=True, text=True, env=env)
-    os.unlink(f.name)
-    if p.returncode != 0:
-        sys.exit(f"{config}: wt launch failed:\n{p.stdout}\n{p.stderr[-3000:]}")
-    report = json.loads(p.stdout[p.stdout.index("{"):])
-    if not all(r["verified"] for r in report["rounds"]):
-        sys.exit(f"{config}: a round was not verified")
+    report, log = launch(wt, text, config)
     sent = [int(b) for b in re.findall(
-        r"ready: \d+ piece\(s\) in \d+ message\(s\), (\d+) bytes per round", p.stderr)]
+        r"ready: \d+ piece\(s\) in \d+ message\(s\), (\d+) bytes per round", log)]
     if len(sent) != 2:
         sys.exit(f"{config}: found {len(sent)} trainer ranks' bytes in the log, not 2")
     median = statistics.median(r["seconds"] for r in report["rounds"][1:])

@@ -9,14 +9,11 @@ their ratio, and the bytes the busiest trainer rank sent per round.
   bench/m2n_vs_nccl.py [--wt build/bin/wt] [--model qwen2.5-0.5b] [--rounds 6]
 """
 import argparse
-import json
-import os
 import re
 import socket
 import statistics
-import subprocess
-import sys
-import tempfile
+
+from wt_launch import launch
 
 
 def free_port():
@@ -41,18 +38,7 @@ receiver:
 rounds: {rounds}
 verify: true
 """
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(cfg)
-    env = dict(os.environ, WT_LOG_LEVEL="debug")
-    p = subprocess.run([wt, "launch", f.name, "--json"], capture_output=True, text=True, env=env)
-    os.unlink(f.name)
-    if p.returncode != 0:
-        sys.exit(f"{backend}: wt launch failed:\n{p.stdout}\n{p.stderr[-3000:]}")
-    report = json.loads(p.stdout[p.stdout.index("{"):])
-    if not all(r["verified"] for r in report["rounds"]):
-        sys.exit(f"{backend}: a round was not verified")
-    return report, p.stderr
-
+    return launch(wt, cfg, backend)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -310,16 +310,20 @@ struct PluginTables {
   static constexpr wt_worker_vtable kWorker{
       sizeof(wt_worker_vtable), WT_ABI_VERSION, &worker_create,     &worker_start,  &worker_receive,
       &worker_finish,           &worker_abort,  &worker_last_error, &worker_destroy};
-  // The ABI table as a constant, for code that names it; negotiate() serves a copy made at its
-  // first call (see there).
-  static constexpr wt_plugin_api kApi{sizeof(wt_plugin_api),
-                                      WT_ABI_VERSION,
-                                      D.backend,
-                                      D.version,
-                                      D.capabilities,
-                                      &kInitInfo,
-                                      present(D.make_trainer) ? &kTrainer : nullptr,
-                                      present(D.make_worker) ? &kWorker : nullptr};
+  // The ABI table: the trainer and worker tables where the definition has their factories.
+  static constexpr wt_plugin_api api_table() {
+    return {sizeof(wt_plugin_api),
+            WT_ABI_VERSION,
+            D.backend,
+            D.version,
+            D.capabilities,
+            &kInitInfo,
+            present(D.make_trainer) ? &kTrainer : nullptr,
+            present(D.make_worker) ? &kWorker : nullptr};
+  }
+  // It as a constant, for code that names it; negotiate() serves a copy made at its first call
+  // (see there).
+  static constexpr wt_plugin_api kApi = api_table();
 
   static wt_status negotiate(uint32_t host_abi, uint32_t* plugin_abi, const wt_plugin_api** api);
 };
@@ -337,14 +341,7 @@ wt_status PluginTables<D>::negotiate(uint32_t host_abi, uint32_t* plugin_abi,
   using V1 = v1::TablesV1<PluginTables<D>>;
   // Made at the first call, not as constants: whether a factory is there is a comparison of a
   // function's address, which GCC will not evaluate at compile time under UBSan.
-  static const wt_plugin_api kServed{sizeof(wt_plugin_api),
-                                     WT_ABI_VERSION,
-                                     D.backend,
-                                     D.version,
-                                     D.capabilities,
-                                     &kInitInfo,
-                                     present(D.make_trainer) ? &kTrainer : nullptr,
-                                     present(D.make_worker) ? &kWorker : nullptr};
+  static const wt_plugin_api kServed = api_table();
   static const wt_plugin_api_v1 kApiV1{sizeof(wt_plugin_api_v1),
                                        1,
                                        D.backend,
